@@ -1,0 +1,16 @@
+"""hetc: a heterogeneous deep-learning compiler (ONNX -> TVM Relax -> CPU/GPU/NPU/FPGA)."""
+
+__version__ = "0.1.0"
+
+from .errors import HetcError  # noqa: E402
+
+__all__ = ["CompiledModel", "HetcError", "__version__", "compile", "load"]
+
+
+def __getattr__(name: str):
+    # The API imports TVM (slow); load it on first use so `hetc --version` stays fast.
+    if name in {"compile", "load", "CompiledModel"}:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'hetc' has no attribute {name!r}")

@@ -1,0 +1,106 @@
+"""The Python API: ``hetc.compile`` and ``hetc.load``.
+
+    model = hetc.compile("model.onnx", target="cpu")
+    outputs = model.run({"x": x})
+    model.save("build/")
+    model = hetc.load("build/")
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import tvm
+import tvm_ffi
+
+from .errors import UnsupportedOpError, UsageError
+from .frontends.onnx import load_model, op_histogram, to_relax
+from .frontends.onnx.loader import ModelSource
+from .graph import OpGraph, build_opgraph
+from .options import CompileOptions
+from .passes import run_pipeline
+from .runtime.artifact import Manifest, Part
+from .runtime.model import CompiledModel, load
+from .targets import Target, TargetKind, parse_targets
+
+__all__ = ["CompiledModel", "compile", "load"]
+
+
+def _single_target(targets: list[Target]) -> Target:
+    if len(targets) != 1 or targets[0].kind is not TargetKind.TVM_NATIVE:
+        names = ",".join(t.name for t in targets)
+        raise UsageError(f"target '{names}': splitting a model over several targets needs the "
+                         "placement solver, which is not built yet; compile for one target")
+    return targets[0]
+
+
+def _check_supported(graph: OpGraph, target: Target) -> None:
+    missing = graph.unsupported(target.name)
+    if missing:
+        ops = sorted(missing)
+        raise UnsupportedOpError(f"target '{target.name}' cannot run: {', '.join(ops)}", ops)
+
+
+def _graph_summary(graph: OpGraph) -> dict:
+    return {"nodes": len(graph.nodes), "flops": graph.flops, "params": graph.num_params,
+            "param_bytes": graph.param_bytes, "ops": dict(graph.histogram().most_common())}
+
+
+def compile(  # noqa: A001 (the API's name is the verb users expect)
+    model: ModelSource,
+    target: str | Sequence[str] = "cpu",
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    *,
+    layout: str | None = None,
+    num_threads: int = 0,
+    base_dir: str | os.PathLike | None = None,
+) -> CompiledModel:
+    """Compile an ONNX model (path or ``ModelProto``) for ``target``.
+
+    ``input_shapes`` binds dynamic input dims; ``layout="NHWC"`` converts conv layouts;
+    ``base_dir`` locates external data for a ``ModelProto``.
+    """
+    targets = parse_targets(target)
+    options = CompileOptions(tuple(t.name for t in targets),
+                             {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout, num_threads)
+    tgt = _single_target(targets)
+    times = {}
+    start = time.perf_counter()
+    loaded = load_model(model, options.input_shapes, base_dir)
+    mod = to_relax(loaded)
+    times["import"] = time.perf_counter() - start
+    graph = build_opgraph(mod, targets)
+    _check_supported(graph, tgt)
+
+    start = time.perf_counter()
+    mod, stage_reports = run_pipeline(mod, tgt.backend.stages(options))
+    times["passes"] = time.perf_counter() - start
+    start = time.perf_counter()
+    executable = tgt.backend.build(mod, options)
+    times["codegen"] = time.perf_counter() - start
+
+    library = f"{tgt.name}/model.so"
+    manifest = Manifest(
+        model=Path(loaded.name).name, targets=list(options.targets), inputs=loaded.inputs,
+        outputs=loaded.outputs,
+        parts=[Part("main", tgt.name, f"{tgt.device_type}:0", emulated=False, library=library)],
+        tvm_version=tvm.__version__, tvm_ffi_version=tvm_ffi.__version__,
+    )
+    report = {
+        "model": manifest.model, "opset": loaded.opset, "options": asdict(options),
+        "onnx_ops": dict(op_histogram(loaded.proto).most_common()),
+        "graph": _graph_summary(graph), "stages": [r.to_json() for r in stage_reports],
+        "seconds": times,
+    }
+    plan = {"solver": "single-target", "parts": {"main": tgt.name},
+            "nodes": [{"name": n.name, "op": n.op, "device": f"{tgt.device_type}:0"} for n in graph.nodes]}
+
+    def write_parts(tmp: Path) -> None:
+        (tmp / tgt.name).mkdir()
+        tgt.backend.export(executable, tmp / library)
+
+    return CompiledModel(manifest, report, plan, [tgt.backend.runner(executable)], write_parts)

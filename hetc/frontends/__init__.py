@@ -1,0 +1,1 @@
+"""Model frontends. Only ONNX today: ``hetc.frontends.onnx``."""

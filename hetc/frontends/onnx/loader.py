@@ -1,0 +1,258 @@
+"""Load and validate ONNX models.
+
+Loading is strict and happens before any conversion: the file must parse, every op must
+have a converter (all missing ones are reported at once), the ONNX checker and strict shape
+inference must pass, external data may only come from inside the model's directory, and
+every input dim must be static once ``input_shapes`` are bound.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper, helper
+
+from ...errors import ModelLoadError, ShapeError, UnsafePathError, UnsupportedOpError, UsageError
+from . import registry
+
+ModelSource = str | os.PathLike | onnx.ModelProto
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A graph input or output: name, static shape, numpy dtype name."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> TensorSpec:
+        return cls(str(data["name"]), tuple(int(d) for d in data["shape"]), str(data["dtype"]))
+
+
+@dataclass
+class LoadedModel:
+    """A validated model with all input shapes bound and shapes inferred."""
+
+    proto: onnx.ModelProto
+    name: str  # file stem or graph name, for messages
+    opset: int
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else type(err).__name__
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """The graph and every subgraph nested in node attributes (If, Loop, Scan)."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _graphs(g)
+
+
+def _tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    for graph in _graphs(model.graph):
+        yield from graph.initializer
+        for sparse in graph.sparse_initializer:
+            yield sparse.values
+            yield sparse.indices
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
+
+
+def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str) -> None:
+    """Load external tensors in place, refusing any location outside ``base_dir``."""
+    for tensor in _tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = external_data_helper.ExternalDataInfo(tensor)
+        location = info.location
+        if base_dir is None:
+            raise ModelLoadError(
+                f"{label}: tensor '{tensor.name}' has external data '{location}' but the model "
+                "was given as a ModelProto without base_dir"
+            )
+        if not location or os.path.isabs(location) or Path(location).drive:
+            raise UnsafePathError(
+                f"{label}: tensor '{tensor.name}' external data location '{location}' must be "
+                "a relative path inside the model's directory"
+            )
+        root = base_dir.resolve()
+        target = (root / location).resolve()
+        if not target.is_relative_to(root):
+            raise UnsafePathError(
+                f"{label}: tensor '{tensor.name}' external data location '{location}' escapes "
+                f"the model's directory {root}"
+            )
+        if not target.is_file():
+            raise ModelLoadError(f"{label}: external data file '{location}' of tensor "
+                                 f"'{tensor.name}' not found in {root}")
+        size = target.stat().st_size
+        offset, length = int(info.offset or 0), info.length
+        if offset > size or (length is not None and offset + int(length) > size):
+            raise ModelLoadError(f"{label}: external data file '{location}' is truncated "
+                                 f"(tensor '{tensor.name}' needs bytes {offset}..{offset + int(length or 0)}, "
+                                 f"file has {size})")
+        try:
+            external_data_helper.load_external_data_for_tensor(tensor, str(root))
+        except Exception as err:  # onnx raises several types here
+            raise ModelLoadError(f"{label}: cannot read external data of '{tensor.name}': "
+                                 f"{_first_line(err)}") from err
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+def _read(source: ModelSource, base_dir: Path | None) -> tuple[onnx.ModelProto, str, Path | None]:
+    if isinstance(source, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(source)
+        return model, model.graph.name or "model", base_dir
+    path = Path(source)
+    if not path.exists():
+        raise ModelLoadError(f"{path}: no such file")
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: not a file")
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ModelLoadError(f"{path}: cannot read: {err.strerror}") from err
+    if not data:
+        raise ModelLoadError(f"{path}: file is empty")
+    try:
+        model = onnx.ModelProto.FromString(data)
+    except (DecodeError, RuntimeError, ValueError) as err:
+        raise ModelLoadError(f"{path}: not a valid ONNX file (truncated or not protobuf)") from err
+    if not model.HasField("graph") or not model.ir_version:
+        raise ModelLoadError(f"{path}: not an ONNX model (no graph or IR version)")
+    return model, str(path), base_dir or path.parent
+
+
+def model_opset(model: onnx.ModelProto) -> int:
+    for entry in model.opset_import:
+        if entry.domain in registry.DEFAULT_DOMAINS:
+            return int(entry.version)
+    return 1
+
+
+def op_histogram(model: onnx.ModelProto) -> Counter:
+    """Op types (prefixed with their domain when not the default one), nested graphs included."""
+    counts: Counter = Counter()
+    for graph in _graphs(model.graph):
+        for node in graph.node:
+            domain = "" if node.domain in registry.DEFAULT_DOMAINS else f"{node.domain}::"
+            counts[domain + node.op_type] += 1
+    return counts
+
+
+def check_supported(model: onnx.ModelProto, label: str) -> None:
+    """Raise one UnsupportedOpError listing every op no converter handles."""
+    from .importer import converter_source  # late: imports TVM
+
+    opset = model_opset(model)
+    missing = sorted(op for op in op_histogram(model) if converter_source(op, opset) is None)
+    if missing:
+        raise UnsupportedOpError(
+            f"{label}: unsupported op(s) at opset {opset}: {', '.join(missing)} "
+            "(see `hetc list ops`)", missing
+        )
+
+
+def _dtype(value: onnx.ValueInfoProto, label: str) -> str:
+    kind = value.type.WhichOneof("value")
+    if kind != "tensor_type":
+        raise ModelLoadError(f"{label}: input/output '{value.name}' is a {kind}; only tensors are supported")
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)).name
+    except (KeyError, TypeError) as err:
+        raise ModelLoadError(f"{label}: '{value.name}' has unsupported element type "
+                             f"{value.type.tensor_type.elem_type}") from err
+
+
+def _bind_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], label: str) -> None:
+    inits = {t.name for t in model.graph.initializer}
+    graph_inputs = {v.name: v for v in model.graph.input if v.name not in inits}
+    unknown = sorted(set(shapes) - set(graph_inputs))
+    if unknown:
+        raise UsageError(f"--input-shape names unknown input(s) {', '.join(unknown)}; "
+                         f"the model's inputs are {', '.join(graph_inputs)}")
+    for name, value in graph_inputs.items():
+        tensor_type = value.type.tensor_type
+        if name in shapes:
+            wanted = [int(d) for d in shapes[name]]
+            if any(d <= 0 for d in wanted):
+                raise UsageError(f"input '{name}': shape {wanted} must have positive dims")
+            if tensor_type.HasField("shape"):
+                dims = tensor_type.shape.dim
+                if len(dims) != len(wanted):
+                    raise ShapeError(f"input '{name}' has rank {len(dims)}, --input-shape gives "
+                                     f"rank {len(wanted)} ({wanted})")
+                for i, (dim, size) in enumerate(zip(dims, wanted)):
+                    if dim.HasField("dim_value") and dim.dim_value != size:
+                        raise ShapeError(f"input '{name}' dim {i} is fixed to {dim.dim_value} in the "
+                                         f"model, --input-shape gives {size}")
+            tensor_type.ClearField("shape")
+            for size in wanted:
+                tensor_type.shape.dim.add().dim_value = size
+            continue
+        if not tensor_type.HasField("shape"):
+            raise ShapeError(f"{label}: input '{name}' has unknown rank; bind it with "
+                             f"--input-shape {name}=D0,D1,...")
+        for i, dim in enumerate(tensor_type.shape.dim):
+            if not dim.HasField("dim_value") or dim.dim_value <= 0:
+                sym = f" ('{dim.dim_param}')" if dim.dim_param else ""
+                raise ShapeError(f"{label}: input '{name}' dim {i}{sym} is dynamic; bind it with "
+                                 f"--input-shape {name}=D0,D1,... (API: input_shapes=)")
+
+
+def _spec(value: onnx.ValueInfoProto, label: str) -> TensorSpec:
+    dims = value.type.tensor_type.shape.dim
+    if not value.type.tensor_type.HasField("shape") or any(not d.HasField("dim_value") for d in dims):
+        raise ShapeError(f"{label}: shape of output '{value.name}' could not be inferred statically")
+    return TensorSpec(value.name, tuple(int(d.dim_value) for d in dims), _dtype(value, label))
+
+
+def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
+               base_dir: str | os.PathLike | None = None) -> LoadedModel:
+    """Read, validate and shape-bind a model from a path or a ``ModelProto``."""
+    model, label, root = _read(source, Path(base_dir) if base_dir is not None else None)
+    if model.functions:
+        model = onnx.inliner.inline_local_functions(model)
+    check_supported(model, label)
+    _load_external_data(model, root, label)
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError) as err:
+        raise ModelLoadError(f"{label}: invalid ONNX model: {_first_line(err)}") from err
+    _bind_shapes(model, input_shapes or {}, label)
+    try:
+        model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                                  data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as err:
+        raise ShapeError(f"{label}: shape inference failed: {_first_line(err)}") from err
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [TensorSpec(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim), _dtype(v, label))
+              for v in model.graph.input if v.name not in inits]
+    outputs = [_spec(v, label) for v in model.graph.output]
+    return LoadedModel(model, label, model_opset(model), inputs, outputs)

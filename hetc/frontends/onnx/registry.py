@@ -1,0 +1,114 @@
+"""hetc's ONNX converter registry.
+
+hetc's converters override or add to TVM's ``from_onnx`` converters without forking TVM:
+an op hetc registers is converted by hetc, every other op falls back to TVM's table.
+
+To add or fix an op, write a function in the file of its op family under ``ops/`` and
+register it for the first opset whose semantics it implements::
+
+    @converter("LayerNormalization", since=17)
+    def layer_norm(ctx: ConvertContext, inputs: list[relax.Expr | None], attrs: Attrs):
+        eps = attrs.get("epsilon", 1e-5)
+        ...
+
+then import the module in ``ops/__init__.py``. For a model of opset N the entry with the
+largest ``since`` <= N is used. A converter must read every attribute the node carries
+(``attrs.get``) or reject the value it does not handle (``attrs.reject``); attributes left
+unread make the conversion fail instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tvm import relax
+
+from ...errors import ConversionError
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+@dataclass
+class Attrs:
+    """A node's attributes that remembers which ones the converter read."""
+
+    node: str
+    op_type: str
+    values: dict[str, Any]
+    read: set[str] = field(default_factory=set)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        self.read.add(name)
+        value = self.values.get(name, default)
+        return value.decode() if isinstance(value, bytes) else value
+
+    def reject(self, name: str, allowed: Callable[[Any], bool], default: Any = None) -> Any:
+        """Read ``name`` and raise a ConversionError unless ``allowed(value)``."""
+        value = self.get(name, default)
+        if not allowed(value):
+            raise ConversionError(
+                f"node '{self.node}' ({self.op_type}): attribute {name}={value!r} is not supported"
+            )
+        return value
+
+    def unread(self) -> list[str]:
+        return sorted(set(self.values) - self.read)
+
+
+@dataclass(frozen=True)
+class ConvertContext:
+    """What a converter may use besides its inputs and attributes."""
+
+    bb: relax.BlockBuilder
+    node: str  # node name, for error messages
+    op_type: str
+    opset: int
+    num_outputs: int
+
+    def error(self, message: str) -> ConversionError:
+        return ConversionError(f"node '{self.node}' ({self.op_type}): {message}")
+
+
+ConverterFn = Callable[[ConvertContext, list, Attrs], Any]
+
+
+@dataclass(frozen=True)
+class ConverterEntry:
+    op_type: str
+    since: int
+    fn: ConverterFn
+    domain: str = ""
+
+    @property
+    def source(self) -> str:
+        return f"hetc (since opset {self.since})"
+
+
+_CONVERTERS: dict[str, list[ConverterEntry]] = {}
+
+
+def converter(op_type: str, since: int, domain: str = "") -> Callable[[ConverterFn], ConverterFn]:
+    """Register ``fn`` as hetc's converter of ``op_type`` for opsets >= ``since``."""
+
+    def register(fn: ConverterFn) -> ConverterFn:
+        entries = _CONVERTERS.setdefault(op_type, [])
+        if any(e.since == since and e.domain == domain for e in entries):
+            raise ValueError(f"converter {op_type} since={since} registered twice")
+        entries.append(ConverterEntry(op_type, since, fn, domain))
+        entries.sort(key=lambda e: e.since)
+        return fn
+
+    return register
+
+
+def lookup(op_type: str, opset: int) -> ConverterEntry | None:
+    """hetc's converter for ``op_type`` at ``opset``, or None to fall back to TVM."""
+    candidates = [e for e in _CONVERTERS.get(op_type, []) if e.since <= opset]
+    return candidates[-1] if candidates else None
+
+
+def registered() -> dict[str, list[ConverterEntry]]:
+    """All hetc converters by op type (a copy)."""
+    return {k: list(v) for k, v in _CONVERTERS.items()}

@@ -1,0 +1,40 @@
+"""Compile options shared by the API, the CLI and the backends."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .errors import UsageError
+
+LAYOUTS = (None, "NHWC")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    targets: tuple[str, ...] = ("cpu",)  # target names, validated against the registry
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # binds dynamic dims
+    layout: str | None = None  # conv layout to convert to; None keeps the model's NCHW
+    num_threads: int = 0  # CPU worker threads; 0 = all cores of this machine
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise UsageError(f"invalid layout {self.layout!r}; choose NHWC or leave it unset")
+        if self.num_threads < 0:
+            raise UsageError(f"num_threads must be >= 0, got {self.num_threads}")
+
+    @property
+    def threads(self) -> int:
+        return self.num_threads or os.cpu_count() or 1
+
+
+def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
+    """``"name=1,3,224,224"`` -> ("name", (1, 3, 224, 224))."""
+    name, sep, dims = spec.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or any(d <= 0 for d in shape):
+        raise UsageError(f"invalid --input-shape {spec!r}; expected NAME=D0,D1,... with positive dims")
+    return name, shape

@@ -1,0 +1,72 @@
+"""Phase functions: each returns a plain list of named stages.
+
+A backend's pipeline is the concatenation of the phases it wants, in order (see
+``hetc/backends/cpu/pipeline.py``). To add a pass, add a Stage to the phase it belongs to,
+or a new phase function that backends opt into. Target-specific phases live in the
+backend's own ``pipeline.py``.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from .pipeline import Stage
+
+
+def inference_passes() -> list[Stage]:
+    return [
+        Stage("fold_batchnorm", "fold BatchNorm that follows a conv2d into its weights",
+              relax.transform.FoldBatchnormToConv2D),
+        Stage("decompose_inference", "decompose remaining BatchNorm/LayerNorm-like ops for inference",
+              relax.transform.DecomposeOpsForInference),
+    ]
+
+
+def simplify_passes() -> list[Stage]:
+    return [
+        Stage("fold_constants", "evaluate subgraphs whose inputs are all constants",
+              relax.transform.FoldConstant),
+        Stage("canonicalize", "remove trivial bindings and aliases", relax.transform.CanonicalizeBindings),
+        Stage("cse", "eliminate common subexpressions", relax.transform.EliminateCommonSubexpr),
+        Stage("dce", "drop unused bindings and functions", relax.transform.DeadCodeElimination),
+    ]
+
+
+def layout_passes(layout: str | None) -> list[Stage]:
+    """Convert conv layouts (opt-in per target; ``None`` keeps ONNX's NCHW)."""
+    if layout is None:
+        return []
+    desired = {"NHWC": {"relax.nn.conv2d": ["NHWC", "OHWI"], "relax.nn.max_pool2d": ["NHWC"],
+                        "relax.nn.avg_pool2d": ["NHWC"], "relax.nn.adaptive_avg_pool2d": ["NHWC"]}}[layout]
+    return [
+        Stage("convert_layout", f"convert conv/pool layouts to {layout}",
+              lambda: relax.transform.ConvertLayout(desired)),
+        Stage("fold_layout_constants", "fold the weight transposes the layout change added",
+              relax.transform.FoldConstant),
+    ]
+
+
+def legalize_passes() -> list[Stage]:
+    return [
+        Stage("legalize", "lower Relax ops to TIR PrimFuncs (call_tir)", relax.transform.LegalizeOps),
+        Stage("annotate_patterns", "classify PrimFuncs for fusion", relax.transform.AnnotateTIROpPattern),
+        Stage("fold_constants_tir", "evaluate call_tirs on constants (weight transforms)",
+              relax.transform.FoldConstant),
+    ]
+
+
+def fusion_passes() -> list[Stage]:
+    return [
+        Stage("fuse_ops", "group injective/reduction ops into their producers and consumers",
+              relax.transform.FuseOps),
+        Stage("fuse_tir", "merge each group into one PrimFunc", relax.transform.FuseTIR),
+        Stage("dce_final", "drop PrimFuncs no longer called",
+              lambda: tvm.transform.Sequential([relax.transform.DeadCodeElimination()])),
+    ]
+
+
+def all_phase_names() -> list[str]:
+    """Every stage name any generic phase can produce (for ``hetc list passes``)."""
+    stages = inference_passes() + simplify_passes() + layout_passes("NHWC") + legalize_passes() + fusion_passes()
+    return [s.name for s in stages]

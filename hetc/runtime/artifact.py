@@ -1,0 +1,181 @@
+"""The artifact directory: a versioned manifest, written atomically, read with validation.
+
+Layout (schema 1)::
+
+    out/
+      manifest.json      what is here: versions, targets, inputs/outputs, parts, file hashes
+      report.json        compile report: pass stages, timings, op graph summary
+      plan.json          which device runs each op
+      cpu/model.so       one folder per device part (the VM library for TVM-native targets)
+
+A new artifact is written into a hidden temporary sibling and renamed into place, so a failed
+compile leaves nothing behind and an existing good artifact is replaced only by a complete one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from ..errors import ArtifactError, OutputPathError
+from ..frontends.onnx.loader import TensorSpec
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Part:
+    """A piece of the model that one device runs."""
+
+    name: str
+    target: str
+    device: str  # e.g. "cpu:0"
+    emulated: bool  # True where the device is absent and the part runs in emulation
+    library: str  # path relative to the artifact root
+
+
+@dataclass
+class Manifest:
+    model: str
+    targets: list[str]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    parts: list[Part]
+    tvm_version: str
+    tvm_ffi_version: str
+    hetc_version: str = __version__
+    schema_version: int = SCHEMA_VERSION
+    files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["inputs"] = [s.to_json() for s in self.inputs]
+        data["outputs"] = [s.to_json() for s in self.outputs]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> Manifest:
+        return cls(
+            model=str(data["model"]),
+            targets=[str(t) for t in data["targets"]],
+            inputs=[TensorSpec.from_json(s) for s in data["inputs"]],
+            outputs=[TensorSpec.from_json(s) for s in data["outputs"]],
+            parts=[Part(**p) for p in data["parts"]],
+            tvm_version=str(data["tvm_version"]),
+            tvm_ffi_version=str(data["tvm_ffi_version"]),
+            hetc_version=str(data["hetc_version"]),
+            schema_version=int(data["schema_version"]),
+            files={str(k): str(v) for k, v in data["files"].items()},
+        )
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_output_path(out: Path) -> None:
+    """Fail early (before compiling) if ``out`` can't become an artifact directory."""
+    if out.exists():
+        if not out.is_dir():
+            raise OutputPathError(f"{out}: exists and is not a directory")
+        if any(out.iterdir()) and not (out / MANIFEST).is_file():
+            raise OutputPathError(f"{out}: exists, is not empty and is not a hetc artifact; "
+                                  "refusing to overwrite it")
+    ancestor = out.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputPathError(f"{out}: cannot create it, {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise OutputPathError(f"{out}: cannot create it, {ancestor} is not writable")
+
+
+def write_artifact(out: Path, fill: Callable[[Path], Manifest]) -> Manifest:
+    """Create ``out`` atomically: ``fill(tmp_dir)`` writes the files and returns the manifest."""
+    out = Path(out).absolute()
+    check_output_path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+    except OSError as err:
+        raise OutputPathError(f"{out}: cannot write: {err.strerror}") from err
+    try:
+        manifest = fill(tmp)
+        manifest.files = {str(p.relative_to(tmp)): sha256(p)
+                          for p in sorted(tmp.rglob("*")) if p.is_file()}
+        (tmp / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
+        _swap_into_place(tmp, out)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputPathError(f"{out}: cannot write: {err.strerror or err}") from err
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    if not out.exists():
+        tmp.rename(out)
+        return
+    old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+    out.rename(old)
+    try:
+        tmp.rename(out)
+    except OSError:
+        old.rename(out)  # put the previous artifact back
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def read_manifest(root: Path, verify_files: bool = True) -> Manifest:
+    """Read and validate ``root/manifest.json`` against this hetc and TVM."""
+    import tvm
+    import tvm_ffi
+
+    root = Path(root)
+    path = root / MANIFEST
+    if not root.is_dir():
+        raise ArtifactError(f"{root}: no such artifact directory")
+    if not path.is_file():
+        raise ArtifactError(f"{root}: not a hetc artifact (no {MANIFEST})")
+    try:
+        data = json.loads(path.read_text())
+        schema = int(data.get("schema_version", -1))
+    except (ValueError, OSError, AttributeError) as err:
+        raise ArtifactError(f"{path}: unreadable manifest ({err})") from err
+    if schema != SCHEMA_VERSION:
+        raise ArtifactError(f"{path}: artifact schema version {schema}, this hetc reads version "
+                            f"{SCHEMA_VERSION}; recompile the model with this hetc")
+    try:
+        manifest = Manifest.from_json(data)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ArtifactError(f"{path}: malformed manifest (bad or missing field {err})") from err
+    if manifest.tvm_version != tvm.__version__ or manifest.tvm_ffi_version != tvm_ffi.__version__:
+        raise ArtifactError(
+            f"{root}: built with TVM {manifest.tvm_version} / tvm-ffi {manifest.tvm_ffi_version}, "
+            f"this is TVM {tvm.__version__} / tvm-ffi {tvm_ffi.__version__}; recompile the model"
+        )
+    for part in manifest.parts:
+        if part.library not in manifest.files:
+            raise ArtifactError(f"{path}: part '{part.name}' library {part.library} is not listed in files")
+    for rel, digest in manifest.files.items() if verify_files else ():
+        file = (root / rel).resolve()
+        if not file.is_relative_to(root.resolve()) or not file.is_file():
+            raise ArtifactError(f"{root}: file {rel} is missing")
+        if sha256(file) != digest:
+            raise ArtifactError(f"{root}: file {rel} is damaged (checksum mismatch)")
+    return manifest

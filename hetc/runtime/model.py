@@ -1,0 +1,102 @@
+"""``CompiledModel``: a compiled (or loaded) model that runs with numpy arrays."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArtifactError, InputError
+from ..targets import get_target
+from .artifact import Manifest, read_manifest, write_artifact
+
+
+@dataclass
+class CompiledModel:
+    """A model ready to run. ``run`` takes and returns ``{name: ndarray}``."""
+
+    manifest: Manifest
+    report: dict[str, Any] = field(default_factory=dict)  # compile report (stages, graph, timings)
+    plan: dict[str, Any] = field(default_factory=dict)  # device of each op
+    _runners: list = field(default_factory=list, repr=False)
+    _write_parts: Any = field(default=None, repr=False)  # (tmp_dir) -> None, for save()
+
+    @property
+    def input_names(self) -> list[str]:
+        return [s.name for s in self.manifest.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [s.name for s in self.manifest.outputs]
+
+    def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        expected = {s.name: s for s in self.manifest.inputs}
+        missing = [n for n in expected if n not in inputs]
+        unknown = [n for n in inputs if n not in expected]
+        if missing or unknown:
+            parts = ([f"missing input(s) {', '.join(missing)}"] if missing else []) + (
+                [f"unknown input(s) {', '.join(unknown)}"] if unknown else [])
+            signature = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in expected.values())
+            raise InputError(f"{'; '.join(parts)}; the model takes {signature}")
+        arrays = []
+        for name, spec in expected.items():
+            array = np.asarray(inputs[name])
+            if array.dtype.name != spec.dtype:
+                raise InputError(f"input '{name}' has dtype {array.dtype.name}, expected {spec.dtype}")
+            if tuple(array.shape) != spec.shape:
+                raise InputError(f"input '{name}' has shape {list(array.shape)}, expected {list(spec.shape)}")
+            arrays.append(array)
+        return arrays
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        arrays = self._check_inputs(inputs)
+        # One part today; the partitioned executor (placement issue) chains several.
+        outputs = self._runners[0](arrays)
+        if len(outputs) != len(self.manifest.outputs):
+            raise ArtifactError(f"model returned {len(outputs)} outputs, manifest lists "
+                                f"{len(self.manifest.outputs)}")
+        return dict(zip(self.output_names, outputs))
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the artifact directory atomically; returns its path."""
+        out = Path(directory).absolute()
+
+        def fill(tmp: Path) -> Manifest:
+            self._write_parts(tmp)
+            (tmp / "report.json").write_text(json.dumps(self.report, indent=2) + "\n")
+            (tmp / "plan.json").write_text(json.dumps(self.plan, indent=2) + "\n")
+            return self.manifest
+
+        write_artifact(out, fill)
+        return out
+
+
+def load(directory: str | Path) -> CompiledModel:
+    """Load an artifact directory written by ``CompiledModel.save`` (validates it first)."""
+    root = Path(directory).absolute()
+    manifest = read_manifest(root)
+    runners = []
+    for part in manifest.parts:
+        target = get_target(part.target)
+        try:
+            runners.append(target.backend.load(root / part.library))
+        except Exception as err:
+            raise ArtifactError(f"{root}: cannot load part '{part.name}' ({part.library}): "
+                                f"{str(err).strip().splitlines()[-1] if str(err).strip() else err}") from err
+
+    def copy_parts(tmp: Path) -> None:
+        for rel in manifest.files:
+            if rel not in {"manifest.json", "report.json", "plan.json"}:
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(root / rel, tmp / rel)
+
+    def read_json(name: str) -> dict:
+        path = root / name
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    return CompiledModel(manifest, read_json("report.json"), read_json("plan.json"), runners, copy_parts)
