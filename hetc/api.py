@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import tvm
 import tvm_ffi
 
-from .errors import UnsupportedOpError, UsageError
+from .errors import HetcError, UnsupportedOpError, UsageError
 from .frontends.onnx import load_model, op_histogram, to_relax
 from .frontends.onnx.loader import ModelSource
 from .graph import OpGraph, build_opgraph
@@ -27,7 +27,7 @@ from .runtime.artifact import Manifest, Part
 from .runtime.model import CompiledModel, load
 from .targets import Target, TargetKind, parse_targets
 
-__all__ = ["CompiledModel", "compile", "load"]
+__all__ = ["CompiledModel", "Inspection", "compile", "inspect_model", "load"]
 
 
 def _single_target(targets: list[Target]) -> Target:
@@ -104,3 +104,53 @@ def compile(  # noqa: A001 (the API's name is the verb users expect)
         tgt.backend.export(executable, tmp / library)
 
     return CompiledModel(manifest, report, plan, [tgt.backend.runner(executable)], write_parts)
+
+
+@dataclass
+class Inspection:
+    """What ``hetc inspect`` shows: the ONNX view, and the op graph when shapes are static."""
+
+    model: str
+    ir_version: int
+    opset: int
+    producer: str
+    inputs: list[tuple[str, list[int | str], str]]  # name, dims (symbolic names kept), dtype
+    outputs: list[tuple[str, list[int | str], str]]
+    onnx_ops: dict[str, int]
+    converters: dict[str, str | None]  # op -> "hetc" | "tvm" | None (unsupported)
+    targets: list[str]
+    graph: OpGraph | None = None
+    graph_error: str | None = None  # why there is no op graph (dynamic shapes, ...)
+
+
+def _dims(value) -> list[int | str]:
+    shape = value.type.tensor_type.shape
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in shape.dim]
+
+
+def inspect_model(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                  target: str | Sequence[str] | None = None) -> Inspection:
+    """Summarize a model without compiling it; never fails on unsupported ops or dynamic dims."""
+    from .frontends.onnx.importer import converter_source
+    from .frontends.onnx.loader import model_opset, read_model
+    from .targets import all_targets
+
+    targets = parse_targets(target) if target else all_targets()
+    proto, label = read_model(model)
+    opset = model_opset(proto)
+    inits = {t.name for t in proto.graph.initializer}
+    from onnx import helper
+
+    def describe(values) -> list:
+        return [(v.name, _dims(v), helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name)
+                for v in values if v.name not in inits]
+
+    ops = op_histogram(proto)
+    result = Inspection(Path(label).name, proto.ir_version, opset, proto.producer_name,
+                        describe(proto.graph.input), describe(proto.graph.output), dict(ops.most_common()),
+                        {op: converter_source(op, opset) for op in ops}, [t.name for t in targets])
+    try:
+        result.graph = build_opgraph(to_relax(load_model(proto, input_shapes)), targets)
+    except HetcError as err:
+        result.graph_error = str(err)
+    return result

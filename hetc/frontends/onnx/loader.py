@@ -233,14 +233,20 @@ def _spec(value: onnx.ValueInfoProto, label: str) -> TensorSpec:
     return TensorSpec(value.name, tuple(int(d.dim_value) for d in dims), _dtype(value, label))
 
 
-def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
-               base_dir: str | os.PathLike | None = None) -> LoadedModel:
-    """Read, validate and shape-bind a model from a path or a ``ModelProto``."""
+def read_model(source: ModelSource, base_dir: str | os.PathLike | None = None) -> tuple[onnx.ModelProto, str]:
+    """Parse a model (path or proto), inline local functions, load external data safely."""
     model, label, root = _read(source, Path(base_dir) if base_dir is not None else None)
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
-    check_supported(model, label)
     _load_external_data(model, root, label)
+    return model, label
+
+
+def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
+               base_dir: str | os.PathLike | None = None) -> LoadedModel:
+    """Read, validate and shape-bind a model from a path or a ``ModelProto``."""
+    model, label = read_model(source, base_dir)
+    check_supported(model, label)
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as err:

@@ -1,0 +1,337 @@
+"""The ``hetc`` command line: a thin layer over ``hetc.api``.
+
+Every user error is one line on stderr (``hetc: error: ...``) with exit code 2 (usage) or
+1 (failure); ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .errors import HetcError, InputError, OutputPathError, UsageError
+
+console = Console(highlight=False)
+
+
+def _shapes(specs: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    from .options import parse_input_shape
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, shape = parse_input_shape(spec)
+        if name in shapes:
+            raise UsageError(f"--input-shape given twice for '{name}'")
+        shapes[name] = shape
+    return shapes
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        raise InputError(f"{path}: no such inputs file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (ValueError, OSError, EOFError) as err:
+        raise InputError(f"{path}: not a readable .npz file ({err})") from err
+
+
+def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    try:
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
+    except OSError as err:
+        raise OutputPathError(f"{path}: cannot write: {err.strerror}") from err
+
+
+def _stage_table(report: dict) -> Table:
+    table = Table(title="pass pipeline", title_justify="left")
+    for col in ("stage", "relax ops", "relax funcs", "TIR funcs", "ms"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for st in report["stages"]:
+        b, a = st["before"], st["after"]
+        table.add_row(st["stage"], f"{b['relax_calls']} → {a['relax_calls']}",
+                      f"{b['relax_functions']} → {a['relax_functions']}",
+                      f"{b['tir_functions']} → {a['tir_functions']}", f"{st['seconds'] * 1e3:.1f}")
+    return table
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="hetc")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+def cli(debug: bool) -> None:
+    """hetc: compile ONNX models for CPU, GPU, NPU and FPGA targets."""
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(name)s: %(message)s")
+
+
+target_option = click.option("--target", "-t", default="cpu", show_default=True,
+                             help="Target name(s), comma-separated (see `hetc list targets`).")
+shape_option = click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
+                            help="Bind an input's shape (repeatable); needed for dynamic dims.")
+
+
+@cli.command("compile")
+@click.argument("model", type=click.Path(path_type=Path))
+@target_option
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="Artifact directory.")
+@shape_option
+@click.option("--layout", type=click.Choice(["NHWC"]), default=None, help="Convert conv layouts.")
+@click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all cores).")
+@click.option("-v", "--verbose", is_flag=True, help="Print the pass pipeline table.")
+def compile_cmd(model: Path, target: str, output: Path, input_shapes, layout, threads: int, verbose: bool) -> None:
+    """Compile MODEL (ONNX) into an artifact directory."""
+    from . import api
+    from .runtime.artifact import check_output_path
+
+    shapes = _shapes(input_shapes)
+    check_output_path(output.absolute())  # fail before compiling, not after
+    start = time.perf_counter()
+    compiled = api.compile(model, target=target, input_shapes=shapes, layout=layout, num_threads=threads)
+    out = compiled.save(output)
+    if verbose:
+        console.print(_stage_table(compiled.report))
+    graph = compiled.report["graph"]
+    console.print(f"compiled {compiled.manifest.model} for {','.join(compiled.manifest.targets)}: "
+                  f"{graph['nodes']} ops, {graph['flops'] / 1e9:.3f} GFLOP, "
+                  f"{time.perf_counter() - start:.1f} s -> {out}")
+
+
+def _reference_outputs(model: Path, inputs: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+    import onnxruntime as ort
+
+    if not model.is_file():
+        raise UsageError(f"--reference {model}: no such file")
+    try:
+        session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        values = session.run(names, inputs)
+    except Exception as err:  # onnxruntime raises its own exception types
+        raise HetcError(f"onnxruntime could not run the reference {model}: "
+                        f"{str(err).strip().splitlines()[0]}") from err
+    return dict(zip(names, values))
+
+
+@cli.command("run")
+@click.argument("artifact", type=click.Path(path_type=Path))
+@click.option("--inputs", "inputs_path", required=True, type=click.Path(path_type=Path),
+              help=".npz file with one array per model input.")
+@click.option("--outputs", "outputs_path", type=click.Path(path_type=Path), help="Write outputs to this .npz.")
+@click.option("--reference", type=click.Path(path_type=Path), help="ONNX model to compare with (onnxruntime).")
+@click.option("--tolerance", type=float, default=1e-4, show_default=True,
+              help="Allowed max abs error, relative to max |reference|.")
+def run_cmd(artifact: Path, inputs_path: Path, outputs_path: Path | None, reference: Path | None,
+            tolerance: float) -> None:
+    """Run a compiled ARTIFACT on inputs from an .npz file."""
+    from . import api
+
+    inputs = _load_npz(inputs_path)
+    model = api.load(artifact)
+    start = time.perf_counter()
+    outputs = model.run(inputs)
+    elapsed = time.perf_counter() - start
+    if outputs_path:
+        _save_npz(outputs_path, outputs)
+    table = Table(title=f"{model.manifest.model} on {','.join(model.manifest.targets)} "
+                        f"({elapsed * 1e3:.1f} ms)", title_justify="left")
+    for col in ("output", "shape", "dtype"):
+        table.add_column(col)
+    refs = _reference_outputs(reference, inputs, model.output_names) if reference else {}
+    if refs:
+        for col in ("max |ref|", "max abs err", "max rel err"):
+            table.add_column(col, justify="right")
+    failed = []
+    for name, value in outputs.items():
+        row = [name, str(list(value.shape)), value.dtype.name]
+        if name in refs:
+            ref = refs[name]
+            scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+            abs_err = float(np.max(np.abs(value.astype(np.float64) - ref))) if ref.size else 0.0
+            rel = abs_err / scale if scale else abs_err
+            if value.shape != ref.shape or not rel <= tolerance:
+                failed.append(name)
+            row += [f"{scale:.4g}", f"{abs_err:.3e}", f"{rel:.3e}"]
+        table.add_row(*row)
+    console.print(table)
+    if failed:
+        raise HetcError(f"output(s) {', '.join(failed)} differ from onnxruntime by more than "
+                        f"{tolerance:g} x max |reference|")
+
+
+@cli.command("inspect")
+@click.argument("model", type=click.Path(path_type=Path))
+@shape_option
+def inspect_cmd(model: Path, input_shapes) -> None:
+    """Summarize MODEL: ops, opset, inputs/outputs, FLOPs, parameters, target support."""
+    from . import api
+
+    info = api.inspect_model(model, _shapes(input_shapes))
+    console.print(f"[bold]{info.model}[/bold]: IR version {info.ir_version}, opset {info.opset}, "
+                  f"producer {info.producer or '-'}")
+    io = Table(title="inputs and outputs", title_justify="left")
+    for col in ("kind", "name", "shape", "dtype"):
+        io.add_column(col)
+    for kind, values in (("input", info.inputs), ("output", info.outputs)):
+        for name, dims, dtype in values:
+            io.add_row(kind, name, str(dims), dtype)
+    console.print(io)
+    ops = Table(title="ONNX ops", title_justify="left")
+    for col in ("op", "count", "converter"):
+        ops.add_column(col)
+    for op, count in info.onnx_ops.items():
+        ops.add_row(op, str(count), info.converters[op] or "[red]unsupported[/red]")
+    console.print(ops)
+    unsupported = [op for op, src in info.converters.items() if src is None]
+    if unsupported:
+        console.print(f"unsupported ONNX ops: {', '.join(sorted(unsupported))}")
+    if info.graph is None:
+        console.print(f"op graph unavailable: {info.graph_error}")
+        return
+    graph = info.graph
+    console.print(f"{len(graph.nodes)} Relax ops, {graph.flops / 1e9:.3f} GFLOP, {graph.num_params:,} "
+                  f"parameters ({graph.param_bytes / 2**20:.2f} MiB)")
+    for target in info.targets:
+        missing = graph.unsupported(target)
+        console.print(f"target {target}: " + (
+            "all ops supported" if not missing else
+            "unsupported " + ", ".join(f"{op} x{n}" for op, n in sorted(missing.items()))))
+
+
+@cli.command("list")
+@click.argument("what", type=click.Choice(["targets", "ops", "passes"]))
+@click.option("--opset", type=int, default=None, help="Opset for `list ops` (default: newest).")
+def list_cmd(what: str, opset: int | None) -> None:
+    """List registered targets, supported ONNX ops, or each target's pass pipeline."""
+    from .targets import all_targets
+
+    if what == "targets":
+        table = Table()
+        for col in ("target", "kind", "device", "features", "description"):
+            table.add_column(col)
+        for t in all_targets():
+            table.add_row(t.name, t.kind.value, t.device_type,
+                          ", ".join(sorted(f.value for f in t.features)), t.description)
+        console.print(table)
+    elif what == "ops":
+        import onnx
+
+        from .frontends.onnx.importer import supported_ops
+
+        opset = opset or onnx.defs.onnx_opset_version()
+        ops = supported_ops(opset)
+        table = Table(title=f"ONNX ops at opset {opset}: {len(ops)}", title_justify="left")
+        table.add_column("op")
+        table.add_column("converter")
+        for op, source in ops.items():
+            table.add_row(op, source)
+        console.print(table)
+    else:
+        from .options import CompileOptions
+
+        for t in all_targets():
+            table = Table(title=f"target {t.name} (layout stages only with --layout NHWC)", title_justify="left")
+            table.add_column("#", justify="right")
+            table.add_column("stage")
+            table.add_column("what it does")
+            for i, stage in enumerate(t.backend.stages(CompileOptions(layout="NHWC", num_threads=2)), 1):
+                table.add_row(str(i), stage.name, stage.description)
+            console.print(table)
+
+
+def _bench_inputs(specs, path: Path | None) -> dict[str, np.ndarray]:
+    if path:
+        return _load_npz(path)
+    rng = np.random.default_rng(0)
+    inputs = {}
+    for spec in specs:
+        dtype = np.dtype(spec.dtype)
+        inputs[spec.name] = (rng.standard_normal(spec.shape).astype(dtype) if dtype.kind == "f"
+                             else np.zeros(spec.shape, dtype))  # zeros: valid indices and masks
+    return inputs
+
+
+@cli.command("bench")
+@click.argument("model", type=click.Path(path_type=Path))
+@target_option
+@shape_option
+@click.option("--inputs", "inputs_path", type=click.Path(path_type=Path),
+              help=".npz inputs (default: seeded normal floats, zero integers).")
+@click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True, help="Timed runs of each.")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the results as JSON.")
+def bench_cmd(model: Path, target: str, input_shapes, inputs_path, repeat: int, warmup: int, json_path) -> None:
+    """Median latency of hetc and onnxruntime on MODEL, measured alternately in one process."""
+    import onnxruntime as ort
+
+    from . import api
+
+    compiled = api.compile(model, target=target, input_shapes=_shapes(input_shapes))
+    inputs = _bench_inputs(compiled.manifest.inputs, inputs_path)
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    runners = {"hetc": lambda: compiled.run(inputs), "onnxruntime": lambda: session.run(None, inputs)}
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for i in range(warmup + repeat):
+        for name, fn in runners.items():  # alternate, so drift hits both alike
+            start = time.perf_counter()
+            fn()
+            if i >= warmup:
+                times[name].append((time.perf_counter() - start) * 1e3)
+    results = {name: {"median_ms": statistics.median(t), "min_ms": min(t), "runs": len(t)}
+               for name, t in times.items()}
+    ratio = results["hetc"]["median_ms"] / results["onnxruntime"]["median_ms"]
+    table = Table(title=f"{model.name} on {target}, {repeat} runs", title_justify="left")
+    for col in ("runtime", "median ms", "min ms"):
+        table.add_column(col, justify="left" if col == "runtime" else "right")
+    for name, r in results.items():
+        table.add_row(name, f"{r['median_ms']:.3f}", f"{r['min_ms']:.3f}")
+    console.print(table)
+    console.print(f"hetc / onnxruntime median latency: {ratio:.2f}x")
+    if json_path:
+        payload = {"model": str(model), "target": target, "results": results, "hetc_over_ort": ratio,
+                   "hetc_version": __version__}
+        try:
+            Path(json_path).write_text(json.dumps(payload, indent=2) + "\n")
+        except OSError as err:
+            raise OutputPathError(f"{json_path}: cannot write: {err.strerror}") from err
+
+
+def _one_line(message: str) -> str:
+    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: runs the CLI and turns errors into one line and an exit code."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in args
+    try:
+        result = cli.main(args=args, prog_name="hetc", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except click.exceptions.Exit as err:
+        return err.exit_code
+    except click.Abort:
+        click.echo("hetc: aborted", err=True)
+        return 130
+    except click.ClickException as err:  # usage errors: bad options, missing arguments
+        click.echo(f"hetc: error: {_one_line(err.format_message())}", err=True)
+        return 2
+    except HetcError as err:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"hetc: error: {_one_line(str(err))}", err=True)
+        return err.exit_code
+    except KeyboardInterrupt:
+        click.echo("hetc: interrupted", err=True)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
