@@ -21,6 +21,7 @@ from .errors import HetcError, UnsupportedOpError, UsageError
 from .frontends.onnx import load_model, op_histogram, to_relax
 from .frontends.onnx.loader import ModelSource
 from .graph import OpGraph, build_opgraph
+from .native_log import filtered_stderr
 from .options import CompileOptions
 from .passes import run_pipeline
 from .runtime.artifact import Manifest, Part
@@ -68,6 +69,12 @@ def compile(  # noqa: A001 (the API's name is the verb users expect)
     options = CompileOptions(tuple(t.name for t in targets),
                              {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout, num_threads)
     tgt = _single_target(targets)
+    with filtered_stderr():
+        return _compile(model, tgt, targets, options, base_dir)
+
+
+def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: CompileOptions,
+             base_dir: str | os.PathLike | None) -> CompiledModel:
     times = {}
     start = time.perf_counter()
     loaded = load_model(model, options.input_shapes, base_dir)

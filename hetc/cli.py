@@ -22,7 +22,8 @@ from rich.table import Table
 from . import __version__
 from .errors import HetcError, InputError, OutputPathError, UsageError
 
-console = Console(highlight=False)
+# Tables keep their columns readable when stdout is a pipe or a file (rich would use 80).
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 
 
 def _shapes(specs: tuple[str, ...]) -> dict[str, tuple[int, ...]]:

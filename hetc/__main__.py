@@ -1,0 +1,7 @@
+"""``python -m hetc`` runs the CLI."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
