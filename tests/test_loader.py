@@ -1,0 +1,129 @@
+"""Model loading: bad files and the external-data path check."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import external_data_helper, helper
+from onnx_util import make, tensor
+
+import hetc
+from hetc.errors import ModelLoadError, UnsafePathError
+from hetc.frontends.onnx import load_model
+
+WEIGHT = np.arange(64, dtype=np.float32).reshape(8, 8) / 10
+
+
+def _model() -> onnx.ModelProto:
+    return make([helper.make_node("MatMul", ["x", "w"], ["y"])], [tensor("x", (1, 8))],
+                [tensor("y", (1, 8))], {"w": WEIGHT})
+
+
+def _with_external(location: str) -> onnx.ModelProto:
+    model = _model()
+    tensor_proto = model.graph.initializer[0]
+    external_data_helper.set_external_data(tensor_proto, location=location, offset=0,
+                                           length=WEIGHT.nbytes)
+    tensor_proto.data_location = onnx.TensorProto.EXTERNAL
+    tensor_proto.ClearField("raw_data")
+    tensor_proto.ClearField("float_data")
+    return model
+
+
+def test_external_data_inside_model_dir_loads(tmp_path):
+    model_dir = tmp_path / "m"
+    (model_dir / "weights").mkdir(parents=True)
+    (model_dir / "weights" / "w.bin").write_bytes(WEIGHT.tobytes())
+    onnx.save(_with_external("weights/w.bin"), model_dir / "model.onnx")
+    x = np.ones((1, 8), np.float32)
+    out = hetc.compile(model_dir / "model.onnx").run({"x": x})["y"]
+    np.testing.assert_allclose(out, x @ WEIGHT, rtol=1e-6)
+
+
+@pytest.mark.parametrize("location", ["../w.bin", "sub/../../w.bin"])
+def test_external_data_escaping_with_dotdot_is_rejected(tmp_path, location):
+    model_dir = tmp_path / "m"
+    (model_dir / "sub").mkdir(parents=True)
+    (tmp_path / "w.bin").write_bytes(WEIGHT.tobytes())  # exists, so only the path rule stops it
+    onnx.save(_with_external(location), model_dir / "model.onnx")
+    with pytest.raises(UnsafePathError, match="escapes the model's directory"):
+        load_model(model_dir / "model.onnx")
+
+
+def test_external_data_absolute_path_is_rejected(tmp_path):
+    (tmp_path / "w.bin").write_bytes(WEIGHT.tobytes())
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    onnx.save(_with_external(str(tmp_path / "w.bin")), model_dir / "model.onnx")
+    with pytest.raises(UnsafePathError, match="must be a relative path"):
+        load_model(model_dir / "model.onnx")
+
+
+def test_external_data_symlink_escaping_is_rejected(tmp_path):
+    (tmp_path / "secret.bin").write_bytes(WEIGHT.tobytes())
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    os.symlink(tmp_path / "secret.bin", model_dir / "w.bin")
+    onnx.save(_with_external("w.bin"), model_dir / "model.onnx")
+    with pytest.raises(UnsafePathError, match="escapes"):
+        load_model(model_dir / "model.onnx")
+
+
+def test_external_data_truncated_or_missing(tmp_path):
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    onnx.save(_with_external("w.bin"), model_dir / "model.onnx")
+    with pytest.raises(ModelLoadError, match="not found"):
+        load_model(model_dir / "model.onnx")
+    (model_dir / "w.bin").write_bytes(WEIGHT.tobytes()[:100])
+    with pytest.raises(ModelLoadError, match="truncated"):
+        load_model(model_dir / "model.onnx")
+
+
+def test_external_data_in_proto_needs_base_dir(tmp_path):
+    (tmp_path / "w.bin").write_bytes(WEIGHT.tobytes())
+    model = _with_external("w.bin")
+    with pytest.raises(ModelLoadError, match="base_dir"):
+        load_model(model)
+    assert load_model(model, base_dir=tmp_path).inputs[0].name == "x"
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ModelLoadError, match="no such file"):
+        load_model(tmp_path / "absent.onnx")
+
+
+def test_truncated_file(tmp_path):
+    data = _model().SerializeToString()
+    (tmp_path / "t.onnx").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelLoadError, match="not a valid ONNX file|not an ONNX model|invalid ONNX"):
+        load_model(tmp_path / "t.onnx")
+
+
+@pytest.mark.parametrize("content", [b"", b"hello, this is not a model\n", bytes(range(256)) * 4])
+def test_not_onnx(tmp_path, content):
+    (tmp_path / "x.onnx").write_bytes(content)
+    with pytest.raises(ModelLoadError):
+        load_model(tmp_path / "x.onnx")
+
+
+def test_checker_failure_is_one_line(tmp_path):
+    model = _model()
+    model.graph.node[0].input[1] = "undefined_tensor"
+    with pytest.raises(ModelLoadError, match="invalid ONNX model") as info:
+        load_model(model)
+    assert "\n" not in str(info.value)
+
+
+def test_local_functions_are_inlined():
+    fn = helper.make_function("local", "Double", ["a"], ["b"], [helper.make_node("Add", ["a", "a"], ["b"])],
+                              [helper.make_opsetid("", 17)])
+    model = make([helper.make_node("Double", ["x"], ["y"], domain="local")], [tensor("x", (3,))],
+                 [tensor("y", (3,))])
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    model.functions.append(fn)
+    x = np.array([1, -2, 3], np.float32)
+    np.testing.assert_array_equal(hetc.compile(model).run({"x": x})["y"], 2 * x)
