@@ -154,13 +154,17 @@ def run_cmd(artifact: Path, inputs_path: Path, outputs_path: Path | None, refere
     for name, value in outputs.items():
         row = [name, str(list(value.shape)), value.dtype.name]
         if name in refs:
-            ref = refs[name]
-            scale = float(np.max(np.abs(ref))) if ref.size else 0.0
-            abs_err = float(np.max(np.abs(value.astype(np.float64) - ref))) if ref.size else 0.0
-            rel = abs_err / scale if scale else abs_err
-            if value.shape != ref.shape or not rel <= tolerance:
+            ref = np.asarray(refs[name])
+            if ref.shape != value.shape:
                 failed.append(name)
-            row += [f"{scale:.4g}", f"{abs_err:.3e}", f"{rel:.3e}"]
+                row += ["-", f"shape {list(ref.shape)}", "mismatch"]
+            else:
+                scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+                abs_err = float(np.max(np.abs(value.astype(np.float64) - ref))) if ref.size else 0.0
+                rel = abs_err / scale if scale else abs_err
+                if not rel <= tolerance:  # also catches NaN
+                    failed.append(name)
+                row += [f"{scale:.4g}", f"{abs_err:.3e}", f"{rel:.3e}"]
         table.add_row(*row)
     console.print(table)
     if failed:

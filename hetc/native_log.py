@@ -9,11 +9,14 @@ everything except those known-harmless lines, so hetc's own output stays one lin
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import sys
 import tempfile
 from collections.abc import Iterator
+
+log = logging.getLogger(__name__)
 
 _NOISE = re.compile(rb"executable\.cc:\d+: Warning: Scope (Saving|Loaded):"
                     rb"|Warning: Fast mode segfaults when there are out-of-bounds indices")
@@ -21,21 +24,29 @@ _NOISE = re.compile(rb"executable\.cc:\d+: Warning: Scope (Saving|Loaded):"
 
 @contextlib.contextmanager
 def filtered_stderr() -> Iterator[None]:
+    """Capture fd 2; on success replay it minus known noise, on error log it at debug level
+    (the raised error already says what went wrong, in one line)."""
     try:
         fd = sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):  # stderr replaced (pytest capture, notebooks)
         fd = 2
     sys.stderr.flush()
     saved = os.dup(fd)
+    failed = False
     with tempfile.TemporaryFile() as capture:
         os.dup2(capture.fileno(), fd)
         try:
             yield
+        except BaseException:
+            failed = True
+            raise
         finally:
             sys.stderr.flush()
             os.dup2(saved, fd)
             os.close(saved)
             capture.seek(0)
             kept = [ln for ln in capture.read().splitlines(keepends=True) if not _NOISE.search(ln)]
-            if kept:
+            if kept and failed:
+                log.debug("native log before the error:\n%s", b"".join(kept).decode(errors="replace"))
+            elif kept:
                 os.write(fd, b"".join(kept))

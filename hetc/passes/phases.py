@@ -37,8 +37,8 @@ def layout_passes(layout: str | None) -> list[Stage]:
     """Convert conv layouts (opt-in per target; ``None`` keeps ONNX's NCHW)."""
     if layout is None:
         return []
-    desired = {"NHWC": {"relax.nn.conv2d": ["NHWC", "OHWI"], "relax.nn.max_pool2d": ["NHWC"],
-                        "relax.nn.avg_pool2d": ["NHWC"], "relax.nn.adaptive_avg_pool2d": ["NHWC"]}}[layout]
+    # Only conv2d is named; ConvertLayout carries the layout through pools and elementwise ops.
+    desired = {"NHWC": {"relax.nn.conv2d": ["NHWC", "OHWI"]}}[layout]
     return [
         Stage("convert_layout", f"convert conv/pool layouts to {layout}",
               lambda: relax.transform.ConvertLayout(desired)),
@@ -64,9 +64,3 @@ def fusion_passes() -> list[Stage]:
         Stage("dce_final", "drop PrimFuncs no longer called",
               lambda: tvm.transform.Sequential([relax.transform.DeadCodeElimination()])),
     ]
-
-
-def all_phase_names() -> list[str]:
-    """Every stage name any generic phase can produce (for ``hetc list passes``)."""
-    stages = inference_passes() + simplify_passes() + layout_passes("NHWC") + legalize_passes() + fusion_passes()
-    return [s.name for s in stages]

@@ -1,4 +1,5 @@
-"""What the CPU target can run: every Relax op TVM can legalize to TIR, in CPU dtypes."""
+"""What the CPU target can run, in CPU dtypes: Relax ops TVM legalizes to TIR, ops the build
+pipeline dispatches to TIR itself (sort/scan/sampling), and ops the VM runs as packed calls."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ DTYPES = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "
 # Ops the Relax VM executes itself instead of through legalized TIR.
 _VM_BUILTINS = frozenset({"relax.shape_of", "relax.null_value", "relax.call_tir",
                           "relax.call_dps_packed", "relax.call_pure_packed"})
+# Ops without FLegalize that tvm.compile's default pipeline lowers (DispatchSortScan, DispatchSampling).
+_DISPATCHED = frozenset({"relax.sort", "relax.argsort", "relax.topk", "relax.cumsum", "relax.cumprod",
+                         "relax.multinomial_from_uniform"})
 
 
 @cache
@@ -19,12 +23,13 @@ def _legalizable(op_name: str) -> bool:
     import tvm
 
     try:
-        return tvm.ir.Op.get(op_name).get_attr("FLegalize") is not None
+        op = tvm.ir.Op.get(op_name)
+        return op.get_attr("FLegalize") is not None or op.get_attr("FCallPacked") is not None
     except (ValueError, tvm.error.TVMError, AttributeError):
         return False
 
 
 def supports(node: OpNode) -> bool:
-    if node.op not in _VM_BUILTINS and not _legalizable(node.op):
+    if node.op not in _VM_BUILTINS | _DISPATCHED and not _legalizable(node.op):
         return False
     return all(t.dtype in DTYPES for t in node.inputs + node.outputs)

@@ -1,0 +1,123 @@
+"""OpGraph numbers, CPU support checks, the pass pipeline and the CPU parallelize schedule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from conftest import assert_close
+from onnx import helper
+from onnx_util import make, tensor
+from tvm import relax
+
+from hetc.backends.cpu import patterns
+from hetc.backends.cpu.pipeline import parallelize
+from hetc.frontends.onnx import load_model, to_relax
+from hetc.graph import OpNode, TensorInfo, build_opgraph
+from hetc.options import CompileOptions
+from hetc.passes import module_stats, run_pipeline
+from hetc.passes.phases import inference_passes, simplify_passes
+from hetc.targets import get_target
+
+
+def _graph(model):
+    return build_opgraph(to_relax(load_model(model)), [get_target("cpu")])
+
+
+def test_matmul_and_conv_flops_and_params():
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(8, 5)).astype(np.float32)
+    k = rng.normal(size=(4, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["m"]),
+             helper.make_node("Conv", ["img", "k"], ["c"], kernel_shape=[3, 3])]
+    model = make(nodes, [tensor("a", (2, 3, 8)), tensor("img", (1, 3, 8, 8))],
+                 [tensor("m", (2, 3, 5)), tensor("c", (1, 4, 6, 6))], {"w": w, "k": k})
+    graph = _graph(model)
+    by_op = {n.op: n for n in graph.nodes}
+    assert by_op["relax.matmul"].flops == 2 * (2 * 3) * 5 * 8
+    assert by_op["relax.nn.conv2d"].flops == 2 * (1 * 4 * 6 * 6) * (3 * 3 * 3)
+    assert graph.num_params == w.size + k.size
+    assert graph.param_bytes == 4 * (w.size + k.size)
+    assert by_op["relax.matmul"].bytes_out == 2 * 3 * 5 * 4
+    assert all(n.supported_by == {"cpu": True} for n in graph.nodes)
+
+
+def test_edges_follow_data_flow():
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    graph = _graph(make(nodes, [tensor("x", (4,))], [tensor("y", (4,))]))
+    ids = {n.op: n.id for n in graph.nodes}
+    add = next(n for n in graph.nodes if n.op == "relax.add")
+    assert sorted(add.preds) == sorted([ids["relax.nn.relu"], ids["relax.negative"]])
+
+
+def _node(op: str, dtype: str = "float32") -> OpNode:
+    t = TensorInfo((2, 2), dtype)
+    return OpNode(0, "v", op, [t], [t], [], 4)
+
+
+@pytest.mark.parametrize(("op", "dtype", "ok"), [
+    ("relax.nn.conv2d", "float32", True),
+    ("relax.topk", "float32", True),  # no FLegalize, dispatched by the build pipeline
+    ("relax.nonzero", "int64", True),  # a VM packed call
+    ("relax.ewise_fma", "float32", False),  # nothing lowers it on CPU
+    ("relax.add", "float8_e4m3fn", False),  # dtype the CPU target does not declare
+])
+def test_cpu_support_check_can_say_no(op, dtype, ok):
+    assert patterns.supports(_node(op, dtype)) is ok
+
+
+def test_inference_and_simplify_fold_batchnorm_into_conv():
+    rng = np.random.default_rng(0)
+    c = 4
+    inits = {"k": rng.normal(size=(c, 3, 3, 3)).astype(np.float32),
+             "s": rng.uniform(0.5, 1.5, c).astype(np.float32), "b": rng.normal(size=c).astype(np.float32),
+             "m": rng.normal(size=c).astype(np.float32), "v": rng.uniform(0.5, 1.5, c).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "k"], ["c"], kernel_shape=[3, 3]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"])]
+    model = make(nodes, [tensor("x", (1, 3, 8, 8))], [tensor("y", (1, c, 6, 6))], inits)
+    mod = to_relax(load_model(model))
+    optimized, reports = run_pipeline(mod, inference_passes() + simplify_passes())
+    assert [r.stage for r in reports] == [s.name for s in inference_passes() + simplify_passes()]
+    ops = {n.op for n in build_opgraph(optimized).nodes}
+    assert "relax.nn.batch_norm" not in ops and "relax.nn.conv2d" in ops
+    x = rng.normal(size=(1, 3, 8, 8)).astype(np.float32)
+    run = lambda m: relax.VirtualMachine(tvm.compile(m, "llvm"), tvm.cpu())["main"](  # noqa: E731
+        tvm.runtime.tensor(x)).numpy()
+    assert_close(run(optimized), run(mod))
+
+
+def test_stage_reports_count_ops_and_functions(examples):
+    mod = to_relax(load_model(examples / "cnn.onnx"))
+    before = module_stats(mod)
+    _, reports = run_pipeline(mod, get_target("cpu").backend.stages(CompileOptions(num_threads=2)))
+    assert reports[0].before == before
+    for prev, cur in zip(reports, reports[1:]):
+        assert prev.after == cur.before
+    by_name = {r.stage: r for r in reports}
+    assert by_name["legalize"].after.tir_functions > 0 == by_name["legalize"].before.tir_functions
+    assert by_name["fuse_tir"].after.tir_functions < by_name["fuse_tir"].before.tir_functions
+
+
+def _has_parallel_loop(func) -> bool:
+    return "T.parallel" in func.script()
+
+
+def test_parallelize_marks_spatial_loops_parallel_and_keeps_numbers():
+    a = relax.Var("a", relax.TensorType((64, 32), "float32"))
+    b = relax.Var("b", relax.TensorType((32, 16), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [a, b]):
+        out = bb.emit(relax.op.sum(relax.op.matmul(a, b), axis=[1]))
+        bb.emit_func_output(out)
+    mod = relax.transform.LegalizeOps()(bb.get())
+    funcs = {gv: f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+    assert funcs and not any(_has_parallel_loop(f) for f in funcs.values())
+    for gv, func in funcs.items():
+        mod[gv] = parallelize(func)
+        assert _has_parallel_loop(mod[gv])
+    rng = np.random.default_rng(0)
+    av, bv = rng.normal(size=(64, 32)).astype(np.float32), rng.normal(size=(32, 16)).astype(np.float32)
+    vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(av), tvm.runtime.tensor(bv)).numpy()
+    assert_close(out, (av @ bv).sum(axis=1))
