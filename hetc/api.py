@@ -94,7 +94,8 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
     manifest = Manifest(
         model=Path(loaded.name).name, targets=list(options.targets), inputs=loaded.inputs,
         outputs=loaded.outputs,
-        parts=[Part("main", tgt.name, f"{tgt.device_type}:0", emulated=False, library=library)],
+        parts=[Part("main", tgt.name, f"{tgt.device_type}:0", emulated=False, library=library,
+                    threads=options.num_threads)],
         tvm_version=tvm.__version__, tvm_ffi_version=tvm_ffi.__version__,
     )
     report = {
@@ -110,7 +111,8 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
         (tmp / tgt.name).mkdir()
         tgt.backend.export(executable, tmp / library)
 
-    return CompiledModel(manifest, report, plan, [tgt.backend.runner(executable)], write_parts)
+    return CompiledModel(manifest, report, plan, [tgt.backend.runner(executable, options.num_threads)],
+                         write_parts)
 
 
 @dataclass

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import statistics
 import sys
 import time
 import traceback
@@ -252,18 +251,6 @@ def list_cmd(what: str, opset: int | None) -> None:
             console.print(table)
 
 
-def _bench_inputs(specs, path: Path | None) -> dict[str, np.ndarray]:
-    if path:
-        return _load_npz(path)
-    rng = np.random.default_rng(0)
-    inputs = {}
-    for spec in specs:
-        dtype = np.dtype(spec.dtype)
-        inputs[spec.name] = (rng.standard_normal(spec.shape).astype(dtype) if dtype.kind == "f"
-                             else np.zeros(spec.shape, dtype))  # zeros: valid indices and masks
-    return inputs
-
-
 @cli.command("bench")
 @click.argument("model", type=click.Path(path_type=Path))
 @target_option
@@ -275,24 +262,13 @@ def _bench_inputs(specs, path: Path | None) -> dict[str, np.ndarray]:
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the results as JSON.")
 def bench_cmd(model: Path, target: str, input_shapes, inputs_path, repeat: int, warmup: int, json_path) -> None:
     """Median latency of hetc and onnxruntime on MODEL, measured alternately in one process."""
-    import onnxruntime as ort
-
     from . import api
+    from .benchmark import compare_with_onnxruntime, random_inputs
 
     compiled = api.compile(model, target=target, input_shapes=_shapes(input_shapes))
-    inputs = _bench_inputs(compiled.manifest.inputs, inputs_path)
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    runners = {"hetc": lambda: compiled.run(inputs), "onnxruntime": lambda: session.run(None, inputs)}
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    for i in range(warmup + repeat):
-        for name, fn in runners.items():  # alternate, so drift hits both alike
-            start = time.perf_counter()
-            fn()
-            if i >= warmup:
-                times[name].append((time.perf_counter() - start) * 1e3)
-    results = {name: {"median_ms": statistics.median(t), "min_ms": min(t), "runs": len(t)}
-               for name, t in times.items()}
-    ratio = results["hetc"]["median_ms"] / results["onnxruntime"]["median_ms"]
+    inputs = _load_npz(inputs_path) if inputs_path else random_inputs(compiled.manifest.inputs)
+    measured = compare_with_onnxruntime(model, compiled, inputs, repeat, warmup)
+    results, ratio = measured["results"], measured["hetc_over_ort"]
     table = Table(title=f"{model.name} on {target}, {repeat} runs", title_justify="left")
     for col in ("runtime", "median ms", "min ms"):
         table.add_column(col, justify="left" if col == "runtime" else "right")

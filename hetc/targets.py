@@ -45,8 +45,8 @@ class Backend:
     stages: Callable[[Any], list]  # pipeline.py: CompileOptions -> list[Stage]
     build: Callable[..., Any]  # codegen.py: (IRModule, CompileOptions) -> executable
     export: Callable[..., None]  # codegen.py: (executable, path) -> writes the part's library
-    load: Callable[..., Any]  # runtime.py: (library path) -> runner (list of arrays -> list)
-    runner: Callable[..., Any]  # runtime.py: (executable) -> runner, without a round trip to disk
+    load: Callable[..., Any]  # runtime.py: (library path, threads) -> runner (arrays -> arrays)
+    runner: Callable[..., Any]  # runtime.py: (executable, threads) -> runner, no round trip to disk
 
 
 @dataclass(frozen=True)

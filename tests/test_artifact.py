@@ -32,7 +32,7 @@ def test_save_then_load_in_fresh_process(compiled, examples, tmp_path):
     assert manifest["inputs"] == [{"name": "image", "shape": [2, 3, 32, 32], "dtype": "float32"}]
     assert manifest["outputs"] == [{"name": "logits", "shape": [2, 10], "dtype": "float32"}]
     assert manifest["parts"] == [{"name": "main", "target": "cpu", "device": "cpu:0", "emulated": False,
-                                  "library": "cpu/model.so"}]
+                                  "library": "cpu/model.so", "threads": 0}]
     assert set(manifest["files"]) == {"cpu/model.so", "report.json", "plan.json"}
     assert [p.name for p in tmp_path.iterdir()] == ["art"]  # no temporary siblings left
 

@@ -40,6 +40,7 @@ class Part:
     device: str  # e.g. "cpu:0"
     emulated: bool  # True where the device is absent and the part runs in emulation
     library: str  # path relative to the artifact root
+    threads: int = 0  # worker threads the part runs with; 0 = all cores
 
 
 @dataclass

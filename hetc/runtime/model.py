@@ -84,7 +84,7 @@ def load(directory: str | Path) -> CompiledModel:
     for part in manifest.parts:
         target = get_target(part.target)
         try:
-            runners.append(target.backend.load(root / part.library))
+            runners.append(target.backend.load(root / part.library, part.threads))
         except Exception as err:
             raise ArtifactError(f"{root}: cannot load part '{part.name}' ({part.library}): "
                                 f"{str(err).strip().splitlines()[-1] if str(err).strip() else err}") from err

@@ -15,7 +15,9 @@ from ...native_log import filtered_stderr
 class CPURunner:
     """Calls ``main`` of a compiled module with numpy arrays, returns numpy arrays."""
 
-    def __init__(self, module) -> None:
+    def __init__(self, module, threads: int = 0) -> None:
+        if threads:  # 0 keeps TVM's default: one worker per physical core
+            tvm.get_global_func("runtime.config_threadpool")(1, threads)
         self.device = tvm.cpu(0)
         with filtered_stderr():
             self.vm = relax.VirtualMachine(module, self.device)
@@ -31,10 +33,10 @@ def _flatten(value) -> list[np.ndarray]:
     return [arr for item in value for arr in _flatten(item)]
 
 
-def load(path: Path) -> CPURunner:
+def load(path: Path, threads: int = 0) -> CPURunner:
     with filtered_stderr():
-        return CPURunner(tvm.runtime.load_module(str(path)))
+        return CPURunner(tvm.runtime.load_module(str(path)), threads)
 
 
-def from_executable(executable) -> CPURunner:
-    return CPURunner(executable)
+def from_executable(executable, threads: int = 0) -> CPURunner:
+    return CPURunner(executable, threads)

@@ -1,0 +1,46 @@
+"""Latency of a compiled model next to onnxruntime, measured alternately in one process.
+
+The machine's speed drifts (see docs/dev/tvm.md), so the two runtimes take turns, and only
+medians and ratios from the same run are meant to be compared.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+
+def random_inputs(specs, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded normal floats, zero integers/bools (zeros are valid indices and masks)."""
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for spec in specs:
+        dtype = np.dtype(spec.dtype)
+        inputs[spec.name] = (rng.standard_normal(spec.shape).astype(dtype) if dtype.kind == "f"
+                             else np.zeros(spec.shape, dtype))
+    return inputs
+
+
+def compare_with_onnxruntime(model: Path, compiled, inputs: Mapping[str, np.ndarray], repeat: int = 10,
+                             warmup: int = 2) -> dict:
+    """``{"results": {"hetc": {...}, "onnxruntime": {...}}, "hetc_over_ort": ratio}`` in ms."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    runners: dict[str, Callable[[], object]] = {
+        "hetc": lambda: compiled.run(inputs), "onnxruntime": lambda: session.run(None, dict(inputs))}
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for i in range(warmup + repeat):
+        for name, fn in runners.items():
+            start = time.perf_counter()
+            fn()
+            if i >= warmup:
+                times[name].append((time.perf_counter() - start) * 1e3)
+    results = {name: {"median_ms": statistics.median(t), "min_ms": min(t), "runs": len(t)}
+               for name, t in times.items()}
+    return {"results": results,
+            "hetc_over_ort": results["hetc"]["median_ms"] / results["onnxruntime"]["median_ms"]}
