@@ -25,7 +25,16 @@ class CompileOptions:
 
     @property
     def threads(self) -> int:
-        return self.num_threads or os.cpu_count() or 1
+        return self.num_threads or default_threads()
+
+
+def default_threads() -> int:
+    """Physical cores this process may run on (hyper-threads add little to compute kernels)."""
+    import psutil
+
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    physical = psutil.cpu_count(logical=False) or usable
+    return max(1, min(usable, physical))
 
 
 def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:

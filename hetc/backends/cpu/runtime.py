@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,13 +11,19 @@ import tvm
 from tvm import relax
 
 from ...native_log import filtered_stderr
+from ...options import default_threads
+
+# TVM sizes its thread pool once, at first use, from TVM_NUM_THREADS, else half the logical
+# CPUs on x86-64 (it assumes hyper-threading): one worker on a 2-core VM. Size it to the
+# physical cores unless the user chose (config_threadpool can only shrink it later).
+os.environ.setdefault("TVM_NUM_THREADS", str(default_threads()))
 
 
 class CPURunner:
     """Calls ``main`` of a compiled module with numpy arrays, returns numpy arrays."""
 
     def __init__(self, module, threads: int = 0) -> None:
-        if threads:  # 0 keeps TVM's default: one worker per physical core
+        if threads:
             tvm.get_global_func("runtime.config_threadpool")(1, threads)
         self.device = tvm.cpu(0)
         with filtered_stderr():
