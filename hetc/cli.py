@@ -44,7 +44,7 @@ def _load_npz(path: Path) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
     except (ValueError, OSError, EOFError) as err:
-        raise InputError(f"{path}: not a readable .npz file ({err})") from err
+        raise InputError(f"{path}: not a .npz archive of arrays (write one with numpy.savez)") from err
 
 
 def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -293,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point: runs the CLI and turns errors into one line and an exit code."""
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args
+    if debug:  # accepted anywhere on the line, not only before the command
+        args = ["--debug"] + [a for a in args if a != "--debug"]
+    if not args:
+        click.echo(cli.get_help(click.Context(cli, info_name="hetc")))
+        return 0
     try:
         result = cli.main(args=args, prog_name="hetc", standalone_mode=False)
         return result if isinstance(result, int) else 0

@@ -1,25 +1,31 @@
 """Filtering what TVM's C++ side writes straight to file descriptor 2.
 
 TVM 0.27 logs ``Warning: Scope Saving:``/``Scope Loaded:`` on every VM executable export and
-load, and ``Fast mode segfaults when there are out-of-bounds indices`` for every legalized
-``take`` with non-constant indices, bypassing Python. ``filtered_stderr()`` captures fd 2 around such calls and replays
+load, ``Fast mode segfaults when there are out-of-bounds indices`` for every legalized
+``take`` with non-constant indices, and ``BlockBuilder destroyed with remaining blocks`` after
+a failed conversion, bypassing Python. ``filtered_stderr()`` captures fd 2 around such calls and replays
 everything except those known-harmless lines, so hetc's own output stays one line per error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import re
 import sys
 import tempfile
+import traceback
 from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
 _NOISE = re.compile(rb"executable\.cc:\d+: Warning: Scope (Saving|Loaded):"
-                    rb"|Warning: Fast mode segfaults when there are out-of-bounds indices")
+                    rb"|Warning: Fast mode segfaults when there are out-of-bounds indices"
+                    # Printed when an IR builder is freed after a failed conversion or pass,
+                    # possibly later than the error that hetc already reported.
+                    rb"|Warning: BlockBuilder destroyed with remaining blocks")
 
 
 @contextlib.contextmanager
@@ -50,3 +56,10 @@ def filtered_stderr() -> Iterator[None]:
                 log.debug("native log before the error:\n%s", b"".join(kept).decode(errors="replace"))
             elif kept:
                 os.write(fd, b"".join(kept))
+
+
+def release_frames(err: BaseException) -> None:
+    """Free the TVM objects a failed call's frames still hold, now, while fd 2 is filtered
+    (their C++ destructors warn), instead of whenever the traceback is collected."""
+    traceback.clear_frames(err.__traceback__)
+    gc.collect()

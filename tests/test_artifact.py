@@ -131,3 +131,23 @@ def test_damaged_or_incompatible_artifacts_are_rejected(compiled, tmp_path):
 def test_wrong_inputs_are_rejected(compiled, inputs, match):
     with pytest.raises(InputError, match=match):
         compiled.run(inputs)
+
+
+def test_a_foreign_manifest_json_does_not_make_a_directory_an_artifact(compiled, tmp_path):
+    other = tmp_path / "node_project"
+    other.mkdir()
+    (other / "manifest.json").write_text('{"name": "something else"}')
+    with pytest.raises(OutputPathError, match="not a hetc artifact"):
+        compiled.save(other)
+    assert [p.name for p in other.iterdir()] == ["manifest.json"]
+
+
+def test_replacing_uses_an_atomic_exchange(compiled, tmp_path, monkeypatch):
+    out = compiled.save(tmp_path / "art")
+    calls = []
+    real = artifact._exchange
+    monkeypatch.setattr(artifact, "_exchange", lambda a, b: calls.append((a, b)) or real(a, b))
+    compiled.save(out)
+    assert len(calls) == 1 and calls[0][1] == out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["art"]
+    assert hetc.load(out).manifest.parts[0].library == "cpu/model.so"

@@ -163,6 +163,13 @@ def test_run_file_errors(artifact, examples, tmp_path):
     _assert_one_line_error(run_cli("run", artifact, "--inputs", tmp_path / "bad.npz"), 1, "bad.npz")
 
 
-def test_debug_shows_traceback(tmp_path):
-    result = run_cli("--debug", "compile", tmp_path / "nope.onnx", "-o", tmp_path / "o")
-    assert result.code == 1 and "Traceback" in result.stderr
+def test_debug_shows_traceback_wherever_it_is_given(tmp_path):
+    for args in (["--debug", "compile", tmp_path / "nope.onnx", "-o", tmp_path / "o"],
+                 ["compile", tmp_path / "nope.onnx", "-o", tmp_path / "o", "--debug"]):
+        result = run_cli(*args)
+        assert result.code == 1 and "Traceback" in result.stderr
+
+
+def test_bare_hetc_prints_help():
+    result = run_cli()
+    assert result.code == 0 and "Commands:" in result.stdout and result.stderr == ""

@@ -104,8 +104,8 @@ def _has_parallel_loop(func) -> bool:
 
 
 def test_parallelize_marks_spatial_loops_parallel_and_keeps_numbers():
-    a = relax.Var("a", relax.TensorType((64, 32), "float32"))
-    b = relax.Var("b", relax.TensorType((32, 16), "float32"))
+    a = relax.Var("a", relax.TensorType((128, 64), "float32"))
+    b = relax.Var("b", relax.TensorType((64, 64), "float32"))
     bb = relax.BlockBuilder()
     with bb.function("main", [a, b]):
         out = bb.emit(relax.op.sum(relax.op.matmul(a, b), axis=[1]))
@@ -117,7 +117,18 @@ def test_parallelize_marks_spatial_loops_parallel_and_keeps_numbers():
         mod[gv] = parallelize(func)
         assert _has_parallel_loop(mod[gv])
     rng = np.random.default_rng(0)
-    av, bv = rng.normal(size=(64, 32)).astype(np.float32), rng.normal(size=(32, 16)).astype(np.float32)
+    av, bv = rng.normal(size=(128, 64)).astype(np.float32), rng.normal(size=(64, 64)).astype(np.float32)
     vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
     out = vm["main"](tvm.runtime.tensor(av), tvm.runtime.tensor(bv)).numpy()
     assert_close(out, (av @ bv).sum(axis=1))
+
+
+def test_parallelize_leaves_small_kernels_serial():
+    x = relax.Var("x", relax.TensorType((4, 10), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        bb.emit_func_output(bb.emit(relax.op.nn.softmax(x)))
+    mod = relax.transform.LegalizeOps()(bb.get())
+    funcs = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert funcs and not any(_has_parallel_loop(parallelize(f)) for f in funcs)
+    assert all(_has_parallel_loop(parallelize(f, min_iterations=1)) for f in funcs)

@@ -18,7 +18,7 @@ def inference_passes() -> list[Stage]:
     return [
         Stage("fold_batchnorm", "fold BatchNorm that follows a conv2d into its weights",
               relax.transform.FoldBatchnormToConv2D),
-        Stage("decompose_inference", "decompose remaining BatchNorm/LayerNorm-like ops for inference",
+        Stage("decompose_inference", "decompose the remaining BatchNorm ops into elementwise arithmetic",
               relax.transform.DecomposeOpsForInference),
     ]
 

@@ -15,6 +15,7 @@ import tvm
 from tvm import relax
 
 from ..errors import CompileError
+from ..native_log import release_frames
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ def run_pipeline(mod: tvm.IRModule, stages: Sequence[Stage]) -> tuple[tvm.IRModu
                 mod = stage.make()(mod)
         except Exception as err:
             first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            release_frames(err)
             raise CompileError(f"pass stage '{stage.name}' failed: {first}") from err
         after = module_stats(mod)
         reports.append(StageReport(stage.name, before, after, time.perf_counter() - start))

@@ -14,6 +14,7 @@ compile leaves nothing behind and an existing good artifact is replaced only by 
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -86,12 +87,21 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _is_artifact(directory: Path) -> bool:
+    """Whether ``directory`` holds a hetc manifest (any schema version), not just any JSON."""
+    try:
+        data = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and {"schema_version", "hetc_version", "parts"} <= set(data)
+
+
 def check_output_path(out: Path) -> None:
     """Fail early (before compiling) if ``out`` can't become an artifact directory."""
     if out.exists():
         if not out.is_dir():
             raise OutputPathError(f"{out}: exists and is not a directory")
-        if any(out.iterdir()) and not (out / MANIFEST).is_file():
+        if any(out.iterdir()) and not _is_artifact(out):
             raise OutputPathError(f"{out}: exists, is not empty and is not a hetc artifact; "
                                   "refusing to overwrite it")
     ancestor = out.parent
@@ -128,9 +138,26 @@ def write_artifact(out: Path, fill: Callable[[Path], Manifest]) -> Manifest:
     return manifest
 
 
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths with renameat2(RENAME_EXCHANGE); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0
+
+
 def _swap_into_place(tmp: Path, out: Path) -> None:
     if not out.exists():
         tmp.rename(out)
+        return
+    if _exchange(tmp, out):  # readers see the old artifact or the new one, never neither
+        shutil.rmtree(tmp, ignore_errors=True)
         return
     old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
     out.rename(old)

@@ -7,6 +7,7 @@ data-parallel loops of each block are fused and run in parallel over the worker 
 from __future__ import annotations
 
 import logging
+import math
 
 import tvm
 from tvm import tirx
@@ -20,8 +21,14 @@ from ...passes.pipeline import Stage
 log = logging.getLogger(__name__)
 
 
-def parallelize(func: tirx.PrimFunc, min_extent: int = 2) -> tirx.PrimFunc:
-    """Fuse each block's leading spatial loops into one parallel loop."""
+# Below this many block iterations a parallel region costs more than it saves (a thread-pool
+# launch is a few microseconds; one iteration of a naive kernel a few nanoseconds).
+MIN_PARALLEL_ITERATIONS = 4096
+
+
+def parallelize(func: tirx.PrimFunc, min_extent: int = 2,
+                min_iterations: int = MIN_PARALLEL_ITERATIONS) -> tirx.PrimFunc:
+    """Fuse each block's leading spatial loops into one parallel loop, for blocks with enough work."""
     sch = Schedule(func)
     try:
         infos = normalize_prim_func(sch)
@@ -29,6 +36,9 @@ def parallelize(func: tirx.PrimFunc, min_extent: int = 2) -> tirx.PrimFunc:
         log.debug("parallelize: cannot normalize %s: %s", func.attrs, err)
         return func
     for info in infos or []:
+        doms = [it.dom for it in info.iters]
+        if not all(isinstance(d, int | tirx.IntImm) for d in doms) or math.prod(int(d) for d in doms) < min_iterations:
+            continue
         prefix = []
         for it in info.iters:
             if it.kind != "S" or not isinstance(it.dom, int | tirx.IntImm):

@@ -10,30 +10,46 @@ import contextlib
 import io
 import warnings
 
+import onnx
 import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
 from ...errors import ConversionError, HetcError
+from ...native_log import release_frames
 from . import ops  # noqa: F401  (registers hetc's converters)
 from . import registry
 from .loader import LoadedModel, _first_line
 
 # Ops TVM's importer handles itself rather than through its converter table.
 _BUILTIN_OPS = {"Constant", "If"}
+# TVM's table is keyed by op name alone; these entries convert another domain's op of the same
+# name (com.microsoft Attention), not the ONNX op, so they must not be used.
+_TVM_WRONG_DOMAIN = {"Attention"}
 
 
 def _tvm_table() -> dict:
     return tvm_onnx._get_convert_map()  # TVM has no public accessor for its table
 
 
+def _onnx_defines(op_type: str, opset: int) -> bool:
+    try:
+        onnx.defs.get_schema(op_type, opset, "")
+        return True
+    except onnx.defs.SchemaError:
+        return False
+
+
 def converter_source(op_type: str, opset: int) -> str | None:
-    """Who converts ``op_type`` at ``opset``: 'hetc', 'tvm', or None if nobody does."""
+    """Who converts default-domain ``op_type`` at ``opset``: 'hetc', 'tvm', or None.
+
+    TVM's table does not know opsets, so a TVM converter counts only for ops ONNX defines
+    at ``opset``.
+    """
     if registry.lookup(op_type, opset) is not None:
         return "hetc"
-    if op_type in _tvm_table() or op_type in _BUILTIN_OPS:
-        return "tvm"
-    return None
+    in_tvm = (op_type in _tvm_table() and op_type not in _TVM_WRONG_DOMAIN) or op_type in _BUILTIN_OPS
+    return "tvm" if in_tvm and _onnx_defines(op_type, opset) else None
 
 
 def supported_ops(opset: int) -> dict[str, str]:
@@ -81,7 +97,9 @@ def to_relax(model: LoadedModel) -> tvm.IRModule:
         warnings.simplefilter("ignore")
         try:
             return importer.from_onnx(model.proto.graph, model.opset)
-        except HetcError:
-            raise
         except Exception as err:
+            del importer
+            release_frames(err)
+            if isinstance(err, HetcError):
+                raise
             raise ConversionError(f"{model.name}: conversion to Relax failed: {_first_line(err)}") from err

@@ -172,7 +172,8 @@ def check_supported(model: onnx.ModelProto, label: str) -> None:
     from .importer import converter_source  # late: imports TVM
 
     opset = model_opset(model)
-    missing = sorted(op for op in op_histogram(model) if converter_source(op, opset) is None)
+    # Histogram keys carry "domain::" for non-default domains, which no converter handles.
+    missing = sorted(op for op in op_histogram(model) if "::" in op or converter_source(op, opset) is None)
     if missing:
         raise UnsupportedOpError(
             f"{label}: unsupported op(s) at opset {opset}: {', '.join(missing)} "
@@ -207,11 +208,11 @@ def _bind_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], la
             if tensor_type.HasField("shape"):
                 dims = tensor_type.shape.dim
                 if len(dims) != len(wanted):
-                    raise ShapeError(f"input '{name}' has rank {len(dims)}, --input-shape gives "
+                    raise UsageError(f"input '{name}' has rank {len(dims)}, --input-shape gives "
                                      f"rank {len(wanted)} ({wanted})")
                 for i, (dim, size) in enumerate(zip(dims, wanted)):
                     if dim.HasField("dim_value") and dim.dim_value != size:
-                        raise ShapeError(f"input '{name}' dim {i} is fixed to {dim.dim_value} in the "
+                        raise UsageError(f"input '{name}' dim {i} is fixed to {dim.dim_value} in the "
                                          f"model, --input-shape gives {size}")
             tensor_type.ClearField("shape")
             for size in wanted:

@@ -12,7 +12,8 @@ register it for the first opset whose semantics it implements::
         ...
 
 then import the module in ``ops/__init__.py``. For a model of opset N the entry with the
-largest ``since`` <= N is used. A converter must read every attribute the node carries
+largest ``since`` <= N is used. Converters are for the default ONNX domain; nodes of other
+domains (``com.microsoft``, ...) are reported as unsupported. A converter must read every attribute the node carries
 (``attrs.get``) or reject the value it does not handle (``attrs.reject``); attributes left
 unread make the conversion fail instead of being silently ignored.
 """
@@ -79,24 +80,19 @@ class ConverterEntry:
     op_type: str
     since: int
     fn: ConverterFn
-    domain: str = ""
-
-    @property
-    def source(self) -> str:
-        return f"hetc (since opset {self.since})"
 
 
 _CONVERTERS: dict[str, list[ConverterEntry]] = {}
 
 
-def converter(op_type: str, since: int, domain: str = "") -> Callable[[ConverterFn], ConverterFn]:
+def converter(op_type: str, since: int) -> Callable[[ConverterFn], ConverterFn]:
     """Register ``fn`` as hetc's converter of ``op_type`` for opsets >= ``since``."""
 
     def register(fn: ConverterFn) -> ConverterFn:
         entries = _CONVERTERS.setdefault(op_type, [])
-        if any(e.since == since and e.domain == domain for e in entries):
+        if any(e.since == since for e in entries):
             raise ValueError(f"converter {op_type} since={since} registered twice")
-        entries.append(ConverterEntry(op_type, since, fn, domain))
+        entries.append(ConverterEntry(op_type, since, fn))
         entries.sort(key=lambda e: e.since)
         return fn
 
