@@ -30,7 +30,11 @@ def compare_with_onnxruntime(model: Path, compiled, inputs: Mapping[str, np.ndar
     """``{"results": {"hetc": {...}, "onnxruntime": {...}}, "hetc_over_ort": ratio}`` in ms."""
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    # Runs alternate with hetc's: onnxruntime's spinning workers would steal the cores that
+    # TVM's thread pool is about to use (seen: a 0.2 ms MLP took 12 ms), so they sleep instead.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
     runners: dict[str, Callable[[], object]] = {
         "hetc": lambda: compiled.run(inputs), "onnxruntime": lambda: session.run(None, dict(inputs))}
     times: dict[str, list[float]] = {name: [] for name in runners}
