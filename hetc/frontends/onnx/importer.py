@@ -17,8 +17,10 @@ from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
 from ...errors import ConversionError, HetcError
 from ...native_log import release_frames
-from . import ops  # noqa: F401  (registers hetc's converters)
-from . import registry
+from . import (
+    ops,  # noqa: F401  (registers hetc's converters)
+    registry,
+)
 from .loader import LoadedModel, _first_line
 
 # Ops TVM's importer handles itself rather than through its converter table.
