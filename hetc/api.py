@@ -40,10 +40,12 @@ def _single_target(targets: list[Target]) -> Target:
 
 
 def _check_supported(graph: OpGraph, target: Target) -> None:
-    missing = graph.unsupported(target.name)
-    if missing:
-        ops = sorted(missing)
-        raise UnsupportedOpError(f"target '{target.name}' cannot run: {', '.join(ops)}", ops)
+    rejected = [n for n in graph.nodes if not n.supported_by.get(target.name, False)]
+    if rejected:
+        ops = sorted({n.op for n in rejected})
+        detail = sorted({f"{n.op} ({', '.join(sorted({t.dtype for t in n.inputs + n.outputs}))})"
+                         for n in rejected})
+        raise UnsupportedOpError(f"target '{target.name}' cannot run: {'; '.join(detail)}", ops)
 
 
 def _graph_summary(graph: OpGraph) -> dict:

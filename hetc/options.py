@@ -44,6 +44,6 @@ def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
         shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
     except ValueError:
         shape = ()
-    if not sep or not name or not shape or any(d <= 0 for d in shape):
-        raise UsageError(f"invalid --input-shape {spec!r}; expected NAME=D0,D1,... with positive dims")
+    if not sep or not name or not shape or any(d < 0 for d in shape):
+        raise UsageError(f"invalid --input-shape {spec!r}; expected NAME=D0,D1,... with dims >= 0")
     return name, shape

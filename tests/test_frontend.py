@@ -156,7 +156,7 @@ def test_input_shapes_bind_dynamic_dims():
     ({"x": (3,)}, UsageError, "rank 2"),
     ({"x": (3, 9)}, UsageError, "fixed to 8"),
     ({"nope": (1, 8)}, UsageError, "unknown input"),
-    ({"x": (0, 8)}, UsageError, "positive"),
+    ({"x": (-1, 8)}, UsageError, "negative"),
 ])
 def test_bad_input_shapes_are_rejected(shapes, error, match):
     model, _ = _dynamic_mlp()

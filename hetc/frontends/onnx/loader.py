@@ -203,8 +203,8 @@ def _bind_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], la
         tensor_type = value.type.tensor_type
         if name in shapes:
             wanted = [int(d) for d in shapes[name]]
-            if any(d <= 0 for d in wanted):
-                raise UsageError(f"input '{name}': shape {wanted} must have positive dims")
+            if any(d < 0 for d in wanted):
+                raise UsageError(f"input '{name}': shape {wanted} must not have negative dims")
             if tensor_type.HasField("shape"):
                 dims = tensor_type.shape.dim
                 if len(dims) != len(wanted):
@@ -222,7 +222,7 @@ def _bind_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], la
             raise ShapeError(f"{label}: input '{name}' has unknown rank; bind it with "
                              f"--input-shape {name}=D0,D1,...")
         for i, dim in enumerate(tensor_type.shape.dim):
-            if not dim.HasField("dim_value") or dim.dim_value <= 0:
+            if not dim.HasField("dim_value"):
                 sym = f" ('{dim.dim_param}')" if dim.dim_param else ""
                 raise ShapeError(f"{label}: input '{name}' dim {i}{sym} is dynamic; bind it with "
                                  f"--input-shape {name}=D0,D1,... (API: input_shapes=)")

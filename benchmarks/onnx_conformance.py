@@ -1,0 +1,197 @@
+"""Run the ONNX backend node tests (from the installed onnx package) through hetc.
+
+    python benchmarks/onnx_conformance.py [--runner hetc|onnxruntime|both] [--jobs N]
+        [--timeout S] [--filter REGEX] [--csv out.csv] [--json out.json]
+
+Each test runs in a worker process (one per core, reused across tests; a test that hangs or
+crashes its worker is recorded as timeout/crash and the worker is replaced). Writes a CSV
+(test, op, outcome, error, seconds) per runner and prints per-category and per-op tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import multiprocessing as mp
+import os
+import re
+import sys
+import time
+from collections import Counter, defaultdict
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from hetc import conformance
+from hetc.conformance import CATEGORIES, PASS, Result
+
+
+def _worker(conn, runner: str) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    while True:
+        try:
+            test = conn.recv()
+        except EOFError:
+            return
+        if test is None:
+            return
+        conn.send(conformance.run_test(Path(test), runner))
+
+
+class _Slot:
+    """One worker process and the test it is running."""
+
+    def __init__(self, ctx, runner: str) -> None:
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child, runner), daemon=True)
+        self.proc.start()
+        child.close()
+        self.test: Path | None = None
+        self.started = 0.0
+
+    def submit(self, test: Path) -> None:
+        self.test, self.started = test, time.perf_counter()
+        self.conn.send(str(test))
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join()
+        self.conn.close()
+
+
+def run_suite(tests: list[Path], runner: str, jobs: int, timeout: float, progress=None) -> list[Result]:
+    ctx = mp.get_context("spawn")  # a fresh interpreter: no TVM state inherited across forks
+    pending = list(reversed(tests))
+    slots = [_Slot(ctx, runner) for _ in range(min(jobs, len(tests)))]
+    results: list[Result] = []
+
+    def failed(slot: _Slot, outcome: str, error: str) -> Result:
+        return Result(slot.test.name, conformance.main_op(slot.test), outcome, error,
+                      round(time.perf_counter() - slot.started, 3))
+
+    for slot in slots:
+        slot.submit(pending.pop())
+    while any(s.test is not None for s in slots):
+        busy = [s for s in slots if s.test is not None]
+        ready = wait([s.conn for s in busy], timeout=1.0)
+        now = time.perf_counter()
+        for i, slot in enumerate(slots):
+            if slot.test is None:
+                continue
+            result = None
+            if slot.conn in ready:
+                try:
+                    result = slot.conn.recv()
+                except (EOFError, OSError):
+                    slot.proc.join()
+                    result = failed(slot, "crash", f"worker died (exit code {slot.proc.exitcode})")
+                    slots[i] = slot = _replace(slot, ctx, runner)
+            elif now - slot.started > timeout:
+                result = failed(slot, "timeout", f"no result after {timeout:g} s")
+                slots[i] = slot = _replace(slot, ctx, runner)
+            if result is None:
+                continue
+            results.append(result)
+            if progress:
+                progress(result, len(results), len(tests))
+            slot.test = None
+            if pending:
+                slot.submit(pending.pop())
+    for slot in slots:
+        slot.conn.send(None)
+        slot.proc.join(timeout=5)
+        if slot.proc.is_alive():
+            slot.kill()
+    return sorted(results, key=lambda r: r.test)
+
+
+def _replace(slot: _Slot, ctx, runner: str) -> _Slot:
+    slot.kill()
+    return _Slot(ctx, runner)
+
+
+def write_csv(results: list[Result], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["test", "op", "outcome", "error", "seconds"])
+        for r in results:
+            writer.writerow([r.test, r.op, r.outcome, r.error, r.seconds])
+
+
+def print_tables(console: Console, by_runner: dict[str, list[Result]]) -> None:
+    runners = list(by_runner)
+    cats = Table(title="outcomes per category", title_justify="left")
+    cats.add_column("category")
+    for runner in runners:
+        cats.add_column(runner, justify="right")
+    counts = {r: Counter(x.outcome for x in res) for r, res in by_runner.items()}
+    for cat in CATEGORIES:
+        if any(counts[r][cat] for r in runners):
+            cats.add_row(cat, *[str(counts[r][cat]) for r in runners])
+    cats.add_row("total", *[str(len(by_runner[r])) for r in runners])
+    console.print(cats)
+
+    ops = Table(title="per op (ops with failures; pass/total)", title_justify="left")
+    ops.add_column("op")
+    for runner in runners:
+        ops.add_column(runner, justify="right")
+    ops.add_column("main failure (" + runners[0] + ")")
+    per_op: dict[str, dict[str, list[Result]]] = defaultdict(lambda: defaultdict(list))
+    for runner, res in by_runner.items():
+        for r in res:
+            per_op[r.op][runner].append(r)
+    for op in sorted(per_op, key=lambda o: -sum(x.outcome != PASS for x in per_op[o][runners[0]])):
+        first = per_op[op][runners[0]]
+        fails = Counter(x.outcome for x in first if x.outcome != PASS)
+        if not fails and all(x.outcome == PASS for r in runners for x in per_op[op][r]):
+            continue
+        ops.add_row(op, *[f"{sum(x.outcome == PASS for x in per_op[op][r])}/{len(per_op[op][r])}"
+                          for r in runners], fails.most_common(1)[0][0] if fails else "")
+    console.print(ops)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runner", choices=["hetc", "onnxruntime", "both"], default="hetc")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per test")
+    parser.add_argument("--filter", help="only tests whose name matches this regex")
+    parser.add_argument("--tests-dir", type=Path, help="generated node tests (default: cache)")
+    parser.add_argument("--csv", type=Path, default=Path("conformance.csv"),
+                        help="CSV path; with --runner both, '-<runner>' is added to the stem")
+    parser.add_argument("--json", type=Path, help="also write counts per category as JSON")
+    args = parser.parse_args()
+
+    console = Console(highlight=False)
+    root = conformance.generate(args.tests_dir)
+    tests = conformance.list_tests(root)
+    if args.filter:
+        tests = [t for t in tests if re.search(args.filter, t.name)]
+    runners = ["hetc", "onnxruntime"] if args.runner == "both" else [args.runner]
+    by_runner = {}
+    for runner in runners:
+        start = time.perf_counter()
+
+        def progress(result: Result, done: int, total: int, runner=runner) -> None:
+            if done % 100 == 0 or done == total:
+                console.print(f"[{runner}] {done}/{total} ({time.perf_counter() - start:.0f} s)")
+
+        by_runner[runner] = run_suite(tests, runner, args.jobs, args.timeout, progress)
+        path = args.csv if len(runners) == 1 else args.csv.with_stem(f"{args.csv.stem}-{runner}")
+        write_csv(by_runner[runner], path)
+        console.print(f"{runner}: {sum(r.outcome == PASS for r in by_runner[runner])} of {len(tests)} "
+                      f"pass ({time.perf_counter() - start:.0f} s) -> {path}")
+    print_tables(console, by_runner)
+    if args.json:
+        args.json.write_text(json.dumps(
+            {r: dict(Counter(x.outcome for x in res)) for r, res in by_runner.items()}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

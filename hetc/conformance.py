@@ -1,0 +1,251 @@
+"""Running ONNX backend node tests through hetc (or onnxruntime) and classifying the outcome.
+
+The node tests come with the installed ``onnx`` package as test-case definitions
+(``onnx.backend.test.case.node``); ``generate`` writes them as ``<dir>/<test>/model.onnx`` plus
+``test_data_set_*/{input,output}_*.pb``, the layout of ONNX's own backend test data.
+``run_test`` compiles one test for the CPU target with hetc's public API, runs every data set
+and compares with the expected outputs (floats: rtol = atol = 1e-3 and NaN where NaN is
+expected; integers, bools and strings exactly). ``benchmarks/onnx_conformance.py`` runs the
+whole suite in parallel worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+RTOL = ATOL = 1e-3
+
+# Outcome categories, in the order tables print them.
+PASS = "pass"
+CATEGORIES = (
+    PASS,
+    "value-mismatch",  # ran, numbers differ
+    "shape-mismatch",
+    "dtype-mismatch",
+    "unsupported-op",  # UnsupportedOpError: no converter
+    "unsupported-io",  # sequence/optional/map inputs or outputs, or dtypes hetc cannot take
+    "conversion-error",  # a converter raised
+    "shape-error",  # shape inference / binding
+    "load-error",  # checker or model file
+    "compile-error",  # a pass or codegen failed
+    "runtime-error",  # the compiled model raised
+    "internal-error",  # any other exception: a bug
+    "timeout",
+    "crash",  # the worker process died (segfault, abort)
+)
+
+
+@dataclass
+class Result:
+    test: str
+    op: str
+    outcome: str
+    error: str
+    seconds: float
+
+
+def node_tests_dir() -> Path:
+    """Where generated node tests are cached: $HETC_CACHE or ~/.cache/hetc, per onnx version."""
+    root = Path(os.environ.get("HETC_CACHE", Path.home() / ".cache" / "hetc"))
+    return root / f"onnx-node-tests-{onnx.__version__}"
+
+
+def generate(out: Path | None = None, op_type: str | None = None) -> Path:
+    """Write the installed onnx package's node tests (all, or one op's) under ``out``."""
+    import onnx.backend.test.case.node as node_cases
+
+    out = out or node_tests_dir()
+    marker = out / ".complete"
+    if op_type is None and marker.exists():
+        return out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the reference implementations warn on inf/nan
+        cases = node_cases.collect_testcases(op_type)
+    for case in cases:
+        case_dir = out / case.name
+        case_dir.mkdir(parents=True, exist_ok=True)
+        (case_dir / "model.onnx").write_bytes(case.model.SerializeToString())
+        for i, (inputs, outputs) in enumerate(case.data_sets):
+            data_dir = case_dir / f"test_data_set_{i}"
+            data_dir.mkdir(exist_ok=True)
+            _write_values(data_dir, "input", inputs, case.model.graph.input)
+            _write_values(data_dir, "output", outputs, case.model.graph.output)
+    if op_type is None:
+        marker.write_text(str(len(cases)))
+    return out
+
+
+def _write_values(data_dir: Path, kind: str, values, infos) -> None:
+    for j, value in enumerate(values):
+        info = infos[j].type
+        if info.HasField("sequence_type"):
+            proto = numpy_helper.from_list(value, infos[j].name)
+        elif info.HasField("optional_type"):
+            proto = numpy_helper.from_optional(value, infos[j].name)
+        elif info.HasField("map_type"):
+            proto = numpy_helper.from_dict(value, infos[j].name)
+        elif isinstance(value, onnx.TensorProto):
+            proto = value
+        else:
+            proto = numpy_helper.from_array(np.asarray(value), infos[j].name)
+        (data_dir / f"{kind}_{j}.pb").write_bytes(proto.SerializeToString())
+
+
+def list_tests(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if (p / "model.onnx").is_file())
+
+
+def main_op(test_dir: Path, model: onnx.ModelProto | None = None) -> str:
+    """The op a node test is about: the graph's op whose name the test name contains."""
+    model = model or onnx.load(test_dir / "model.onnx", load_external_data=False)
+    name = test_dir.name.lower().replace("_", "")
+    ops = [n.op_type for n in model.graph.node]
+    for op in sorted(set(ops), key=len, reverse=True):
+        if op.lower() in name:
+            return op
+    return ops[0] if ops else "?"
+
+
+def _read_tensor(path: Path, info: onnx.ValueInfoProto) -> np.ndarray | None:
+    """The array in ``path``, or None when the value is not a tensor (sequence, optional, map)."""
+    if not info.type.HasField("tensor_type"):
+        return None
+    proto = onnx.TensorProto()
+    proto.ParseFromString(path.read_bytes())
+    return numpy_helper.to_array(proto)
+
+
+def load_data_sets(test_dir: Path, model: onnx.ModelProto):
+    """[(inputs by name, expected outputs)] for every data set; None where not all tensors."""
+    inits = {t.name for t in model.graph.initializer}
+    inputs_info = [v for v in model.graph.input if v.name not in inits]
+    sets = []
+    for data_dir in sorted(test_dir.glob("test_data_set_*")):
+        inputs = {}
+        for j, info in enumerate(inputs_info):
+            path = data_dir / f"input_{j}.pb"
+            if not path.exists():
+                continue  # an omitted optional input
+            array = _read_tensor(path, info)
+            if array is None:
+                return None
+            inputs[info.name] = array
+        outputs = []
+        for j, info in enumerate(model.graph.output):
+            array = _read_tensor(data_dir / f"output_{j}.pb", info)
+            if array is None:
+                return None
+            outputs.append(array)
+        sets.append((inputs, outputs))
+    return sets
+
+
+def compare(actual: np.ndarray, expected: np.ndarray) -> str | None:
+    """None if ``actual`` matches, else the outcome category and why."""
+    actual = np.asarray(actual)
+    if actual.shape != expected.shape:
+        return f"shape-mismatch: {list(actual.shape)} vs expected {list(expected.shape)}"
+    if actual.dtype != expected.dtype:
+        return f"dtype-mismatch: {actual.dtype} vs expected {expected.dtype}"
+    if expected.dtype.kind in "fc":
+        nan = np.isnan(expected)
+        if not np.array_equal(np.isnan(actual), nan):
+            return "value-mismatch: NaN positions differ"
+        a, e = actual[~nan], expected[~nan]
+        ok = np.isclose(a.astype(np.float64), e.astype(np.float64), rtol=RTOL, atol=ATOL)
+        if not ok.all():
+            err = np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)))
+            return f"value-mismatch: max abs error {err:.3g}"
+        return None
+    if not np.array_equal(actual, expected):
+        return f"value-mismatch: {int(np.sum(actual != expected))} of {expected.size} elements differ"
+    return None
+
+
+def _classify(err: BaseException) -> str:
+    from . import errors
+
+    table = [
+        (errors.UnsupportedOpError, "unsupported-op"),
+        (errors.ConversionError, "conversion-error"),
+        (errors.ShapeError, "shape-error"),
+        (errors.ModelLoadError, "load-error"),
+        (errors.CompileError, "compile-error"),
+        (errors.InputError, "runtime-error"),
+    ]
+    for kind, category in table:
+        if isinstance(err, kind):
+            return category
+    if isinstance(err, errors.HetcError) and "only tensors are supported" in str(err):
+        return "unsupported-io"
+    return "internal-error"
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def run_test(test_dir: Path, runner: str = "hetc") -> Result:
+    """Run one node test with ``runner`` ("hetc" or "onnxruntime")."""
+    start = time.perf_counter()
+    model = onnx.load(test_dir / "model.onnx", load_external_data=False)
+    op = main_op(test_dir, model)
+
+    def result(outcome: str, error: str = "") -> Result:
+        return Result(test_dir.name, op, outcome, error, round(time.perf_counter() - start, 3))
+
+    data_sets = load_data_sets(test_dir, model)
+    if data_sets is None:
+        return result("unsupported-io", "a graph input or output is not a tensor")
+    try:
+        run = _hetc_runner(test_dir, data_sets) if runner == "hetc" else _ort_runner(test_dir)
+    except Exception as err:  # classified, not hidden: the category says what kind of failure
+        return result(_classify(err) if runner == "hetc" else "load-error", _first_line(err))
+    for inputs, expected in data_sets:
+        try:
+            outputs = run(inputs)
+        except Exception as err:
+            return result("runtime-error", _first_line(err))
+        if len(outputs) != len(expected):
+            return result("shape-mismatch", f"{len(outputs)} outputs, expected {len(expected)}")
+        for actual, ref in zip(outputs, expected, strict=True):
+            problem = compare(actual, ref)
+            if problem:
+                category, _, detail = problem.partition(": ")
+                return result(category, detail)
+    return result(PASS)
+
+
+def _hetc_runner(test_dir: Path, data_sets):
+    """Compile once per input-shape signature, binding the shapes the data sets use (node test
+    models often leave dims symbolic; a user binds them with ``input_shapes`` the same way)."""
+    import hetc
+
+    compiled = {}
+    for inputs, _ in data_sets:
+        key = tuple((k, v.shape) for k, v in inputs.items())
+        if key not in compiled:
+            compiled[key] = hetc.compile(test_dir / "model.onnx", target="cpu",
+                                         input_shapes={k: v.shape for k, v in inputs.items()})
+
+    def run(inputs):
+        model = compiled[tuple((k, v.shape) for k, v in inputs.items())]
+        return list(model.run(inputs).values())
+
+    return run
+
+
+def _ort_runner(test_dir: Path):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(test_dir / "model.onnx"), providers=["CPUExecutionProvider"])
+    return lambda inputs: session.run(None, inputs)
