@@ -118,9 +118,9 @@ def _replace(slot: _Slot, ctx, runner: str) -> _Slot:
 def write_csv(results: list[Result], path: Path) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["test", "op", "outcome", "error", "seconds"])
+        writer.writerow(["test", "op", "outcome", "error", "seconds", "frozen_inputs"])
         for r in results:
-            writer.writerow([r.test, r.op, r.outcome, r.error, r.seconds])
+            writer.writerow([r.test, r.op, r.outcome, r.error, r.seconds, r.frozen])
 
 
 def print_tables(console: Console, by_runner: dict[str, list[Result]]) -> None:
@@ -184,8 +184,9 @@ def main() -> int:
         by_runner[runner] = run_suite(tests, runner, args.jobs, args.timeout, progress)
         path = args.csv if len(runners) == 1 else args.csv.with_stem(f"{args.csv.stem}-{runner}")
         write_csv(by_runner[runner], path)
-        console.print(f"{runner}: {sum(r.outcome == PASS for r in by_runner[runner])} of {len(tests)} "
-                      f"pass ({time.perf_counter() - start:.0f} s) -> {path}")
+        passed = [r for r in by_runner[runner] if r.outcome == PASS]
+        console.print(f"{runner}: {len(passed)} of {len(tests)} pass, {sum(bool(r.frozen) for r in passed)} "
+                      f"of them with shape inputs frozen ({time.perf_counter() - start:.0f} s) -> {path}")
     print_tables(console, by_runner)
     if args.json:
         args.json.write_text(json.dumps(

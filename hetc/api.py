@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import tvm
 import tvm_ffi
 
@@ -61,25 +62,27 @@ def compile(  # noqa: A001 (the API's name is the verb users expect)
     layout: str | None = None,
     num_threads: int = 0,
     base_dir: str | os.PathLike | None = None,
+    constant_inputs: Mapping[str, np.ndarray] | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model (path or ``ModelProto``) for ``target``.
 
     ``input_shapes`` binds dynamic input dims; ``layout="NHWC"`` converts conv layouts;
-    ``base_dir`` locates external data for a ``ModelProto``.
+    ``base_dir`` locates external data for a ``ModelProto``; ``constant_inputs`` freezes graph
+    inputs to the given values (for inputs that decide output shapes: axes, pads, shapes).
     """
     targets = parse_targets(target)
     options = CompileOptions(tuple(t.name for t in targets),
                              {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout, num_threads)
     tgt = _single_target(targets)
     with filtered_stderr():
-        return _compile(model, tgt, targets, options, base_dir)
+        return _compile(model, tgt, targets, options, base_dir, constant_inputs)
 
 
 def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: CompileOptions,
-             base_dir: str | os.PathLike | None) -> CompiledModel:
+             base_dir: str | os.PathLike | None, constant_inputs) -> CompiledModel:
     times = {}
     start = time.perf_counter()
-    loaded = load_model(model, options.input_shapes, base_dir)
+    loaded = load_model(model, options.input_shapes, base_dir, constant_inputs)
     mod = to_relax(loaded)
     times["import"] = time.perf_counter() - start
     graph = build_opgraph(mod, targets)
@@ -102,6 +105,7 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
     )
     report = {
         "model": manifest.model, "opset": loaded.opset, "options": asdict(options),
+        "constant_inputs": sorted(constant_inputs or {}),
         "onnx_ops": dict(op_histogram(loaded.proto).most_common()),
         "graph": _graph_summary(graph), "stages": [r.to_json() for r in stage_reports],
         "seconds": times,

@@ -37,6 +37,22 @@ def _shapes(specs: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _constants(specs: tuple[str, ...]) -> dict[str, np.ndarray]:
+    values: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, file = spec.partition("=")
+        if not sep or not name or not file:
+            raise UsageError(f"invalid --constant-input {spec!r}; expected NAME=FILE.npy")
+        path = Path(file)
+        if not path.is_file():
+            raise UsageError(f"--constant-input {name}: no such file {path}")
+        try:
+            values[name] = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as err:
+            raise UsageError(f"--constant-input {name}: {path} is not a .npy array file") from err
+    return values
+
+
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise InputError(f"{path}: no such inputs file")
@@ -86,18 +102,23 @@ shape_option = click.option("--input-shape", "input_shapes", multiple=True, meta
 @target_option
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="Artifact directory.")
 @shape_option
+@click.option("--constant-input", "constant_inputs", multiple=True, metavar="NAME=FILE.npy",
+              help="Freeze an input to the array in FILE.npy (repeatable): axes, pads, shapes.")
 @click.option("--layout", type=click.Choice(["NHWC"]), default=None, help="Convert conv layouts.")
 @click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all cores).")
 @click.option("-v", "--verbose", is_flag=True, help="Print the pass pipeline table.")
-def compile_cmd(model: Path, target: str, output: Path, input_shapes, layout, threads: int, verbose: bool) -> None:
+def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_inputs, layout, threads: int,
+                verbose: bool) -> None:
     """Compile MODEL (ONNX) into an artifact directory."""
     from . import api
     from .runtime.artifact import check_output_path
 
     shapes = _shapes(input_shapes)
+    constants = _constants(constant_inputs)
     check_output_path(output.absolute())  # fail before compiling, not after
     start = time.perf_counter()
-    compiled = api.compile(model, target=target, input_shapes=shapes, layout=layout, num_threads=threads)
+    compiled = api.compile(model, target=target, input_shapes=shapes, layout=layout, num_threads=threads,
+                           constant_inputs=constants)
     out = compiled.save(output)
     if verbose:
         console.print(_stage_table(compiled.report))

@@ -11,8 +11,10 @@ DTYPES = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "
                     "uint8", "uint16", "uint32", "uint64", "bool"})
 
 # Ops the Relax VM executes itself instead of through legalized TIR.
-_VM_BUILTINS = frozenset({"relax.shape_of", "relax.null_value", "relax.call_tir",
-                          "relax.call_dps_packed", "relax.call_pure_packed"})
+_VM_BUILTINS = frozenset({"relax.shape_of", "relax.null_value", "relax.call_tir", "relax.call_tir_inplace",
+                          "relax.call_dps_packed", "relax.call_pure_packed", "relax.call_inplace_packed",
+                          "relax.call_builtin_with_ctx", "relax.tensor_to_shape", "relax.hint_on_device",
+                          "relax.to_vdevice", "relax.builtin.stop_lift_params"})
 # Ops without FLegalize that tvm.compile's default pipeline lowers (DispatchSortScan, DispatchSampling).
 _DISPATCHED = frozenset({"relax.sort", "relax.argsort", "relax.topk", "relax.cumsum", "relax.cumprod",
                          "relax.multinomial_from_uniform"})

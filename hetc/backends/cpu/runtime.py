@@ -30,7 +30,7 @@ class CPURunner:
             self.vm = relax.VirtualMachine(module, self.device)
 
     def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
-        result = self.vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a), self.device) for a in args])
+        result = self.vm["main"](*[tvm.runtime.tensor(np.require(a, requirements="C"), self.device) for a in args])
         return _flatten(result)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 import onnx.inliner
 from google.protobuf.message import DecodeError
-from onnx import external_data_helper, helper
+from onnx import external_data_helper, helper, numpy_helper
 
 from ...errors import ModelLoadError, ShapeError, UnsafePathError, UnsupportedOpError, UsageError
 from . import registry
@@ -244,10 +244,45 @@ def read_model(source: ModelSource, base_dir: str | os.PathLike | None = None) -
     return model, label
 
 
+def freeze_inputs(model: onnx.ModelProto, values: Mapping[str, np.ndarray], label: str) -> None:
+    """Turn graph inputs into initializers holding ``values`` (in place).
+
+    For inputs that fix output shapes (axes, pads, target shapes, k of TopK, ...): a static-shape
+    compiler needs their values, as exporters normally store them. The compiled model no
+    longer takes these inputs.
+    """
+    inits = {t.name for t in model.graph.initializer}
+    graph_inputs = {v.name: v for v in model.graph.input if v.name not in inits}
+    unknown = sorted(set(values) - set(graph_inputs))
+    if unknown:
+        raise UsageError(f"constant input(s) {', '.join(unknown)} are not inputs of the model; "
+                         f"its inputs are {', '.join(graph_inputs)}")
+    for name, value in values.items():
+        array = np.asarray(value)
+        dtype = _dtype(graph_inputs[name], label)
+        if array.dtype.name != dtype:
+            raise UsageError(f"constant input '{name}' has dtype {array.dtype.name}, the model "
+                             f"declares {dtype}")
+        dims = graph_inputs[name].type.tensor_type.shape.dim
+        if graph_inputs[name].type.tensor_type.HasField("shape") and (
+                len(dims) != array.ndim or any(d.HasField("dim_value") and d.dim_value != s
+                                               for d, s in zip(dims, array.shape))):
+            raise UsageError(f"constant input '{name}' has shape {list(array.shape)}, which the "
+                             "model's declared shape does not admit")
+        model.graph.initializer.append(numpy_helper.from_array(array, name))
+    kept = [v for v in model.graph.input if v.name not in values]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+
+
 def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
-               base_dir: str | os.PathLike | None = None) -> LoadedModel:
-    """Read, validate and shape-bind a model from a path or a ``ModelProto``."""
+               base_dir: str | os.PathLike | None = None,
+               constant_inputs: Mapping[str, np.ndarray] | None = None) -> LoadedModel:
+    """Read, validate and shape-bind a model from a path or a ``ModelProto``; inputs named in
+    ``constant_inputs`` become constants with those values."""
     model, label = read_model(source, base_dir)
+    if constant_inputs:
+        freeze_inputs(model, constant_inputs, label)
     check_supported(model, label)
     try:
         onnx.checker.check_model(model)
