@@ -61,11 +61,34 @@ def supported_ops(opset: int) -> dict[str, str]:
     return {k: v for k, v in table.items() if v is not None}
 
 
+# Ops TVM's graph walker lets take a ShapeExpr (the value of a Shape node) as input; any
+# other op gets "Node cannot handle ShapeExpr inputs" (copied from TVM 0.27's _construct_nodes).
+_SHAPE_COMPATIBLE_OPS = {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand",
+                         "Concat", "Equal", "Where", "Cast", "CastLike", "Squeeze"}
+
+
 class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
     """TVM's importer with hetc's converter registry in front of TVM's table."""
 
     def _check_for_unsupported_ops(self, graph):  # done by the loader, over all graphs
         return None
+
+    def _construct_nodes(self, graph):
+        """TVM's node loop, one node at a time, so that an op that cannot take a Shape node's
+        ShapeExpr gets it as an int64 tensor instead of failing (e.g. Shape -> Size, Sub)."""
+        for node in graph.node:
+            shapes = {name: self._nodes[name] for name in node.input
+                      if name and isinstance(self._nodes.get(name), relax.Expr)
+                      and isinstance(self._nodes[name].ty, relax.ShapeType)}
+            if node.op_type in _SHAPE_COMPATIBLE_OPS or not shapes:
+                super()._construct_nodes(_OneNode(node))
+                continue
+            for name, shape in shapes.items():
+                self._nodes[name] = self.bb.normalize(relax.op.shape_to_tensor(shape))
+            try:
+                super()._construct_nodes(_OneNode(node))
+            finally:
+                self._nodes.update(shapes)  # later shape-aware consumers still see the ShapeExpr
 
     def _convert_operator(self, op_name, inputs, attrs, opset):
         custom = attrs.pop("tvm_custom", {})
@@ -86,6 +109,13 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
             raise
         except Exception as err:
             raise ConversionError(f"node '{node}' ({op_name}): {_first_line(err)}") from err
+
+
+class _OneNode:
+    """The part of a GraphProto that TVM's ``_construct_nodes`` reads: its nodes."""
+
+    def __init__(self, node) -> None:
+        self.node = [node]
 
 
 def to_relax(model: LoadedModel) -> tvm.IRModule:

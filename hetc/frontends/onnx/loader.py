@@ -22,6 +22,7 @@ from onnx import external_data_helper, helper, numpy_helper
 
 from ...errors import ModelLoadError, ShapeError, UnsafePathError, UnsupportedOpError, UsageError
 from . import registry
+from .fold import fold_shape_computations
 
 ModelSource = str | os.PathLike | onnx.ModelProto
 
@@ -294,6 +295,7 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
                                                   data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as err:
         raise ShapeError(f"{label}: shape inference failed: {_first_line(err)}") from err
+    fold_shape_computations(model, model_opset(model))
     inits = {t.name for t in model.graph.initializer}
     inputs = [TensorSpec(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim), _dtype(v, label))
               for v in model.graph.input if v.name not in inits]
