@@ -155,6 +155,20 @@ def print_tables(console: Console, by_runner: dict[str, list[Result]]) -> None:
     console.print(ops)
 
 
+def write_baseline(results: list[Result], path: Path) -> None:
+    """The gate tests/test_conformance.py reads: every passing test, and one per op as the
+    fast sample the default test run checks."""
+    import onnx
+
+    passing = sorted(r.test for r in results if r.outcome == PASS)
+    sample: dict[str, str] = {}
+    for r in sorted(results, key=lambda r: (r.seconds, r.test)):  # the quickest passing test per op
+        if r.outcome == PASS and not r.frozen:
+            sample.setdefault(r.op, r.test)
+    path.write_text(json.dumps({"onnx": onnx.__version__, "total": len(results), "passes": len(passing),
+                                "sample": sorted(sample.values()), "passing": passing}, indent=1) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runner", choices=["hetc", "onnxruntime", "both"], default="hetc")
@@ -165,6 +179,8 @@ def main() -> int:
     parser.add_argument("--csv", type=Path, default=Path("conformance.csv"),
                         help="CSV path; with --runner both, '-<runner>' is added to the stem")
     parser.add_argument("--json", type=Path, help="also write counts per category as JSON")
+    parser.add_argument("--write-baseline", type=Path, metavar="JSON",
+                        help="record hetc's passing tests and a per-op sample as the regression gate")
     args = parser.parse_args()
 
     console = Console(highlight=False)
@@ -188,6 +204,9 @@ def main() -> int:
         console.print(f"{runner}: {len(passed)} of {len(tests)} pass, {sum(bool(r.frozen) for r in passed)} "
                       f"of them with shape inputs frozen ({time.perf_counter() - start:.0f} s) -> {path}")
     print_tables(console, by_runner)
+    if args.write_baseline and "hetc" in by_runner:
+        write_baseline(by_runner["hetc"], args.write_baseline)
+        console.print(f"baseline written to {args.write_baseline}")
     if args.json:
         args.json.write_text(json.dumps(
             {r: dict(Counter(x.outcome for x in res)) for r, res in by_runner.items()}, indent=2) + "\n")

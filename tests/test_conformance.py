@@ -1,0 +1,53 @@
+"""Regression gate on the ONNX backend node tests (see benchmarks/onnx_conformance.py).
+
+The default run checks a fixed sample, one test per op, in this process. The full suite
+(marked `conformance`, run by CI) must keep every test recorded as passing in
+tests/conformance_baseline.json, so the pass count never drops below the recorded one.
+Refresh the record with: python benchmarks/onnx_conformance.py --write-baseline tests/conformance_baseline.json
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import onnx
+import pytest
+
+from hetc import conformance
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = json.loads((ROOT / "tests" / "conformance_baseline.json").read_text())
+needs_same_onnx = pytest.mark.skipif(onnx.__version__ != BASELINE["onnx"],
+                                     reason=f"baseline recorded with onnx {BASELINE['onnx']}")
+
+
+@pytest.fixture(scope="module")
+def tests_root() -> Path:
+    return conformance.generate()
+
+
+@needs_same_onnx
+@pytest.mark.parametrize("name", BASELINE["sample"])
+def test_node_sample(tests_root, name):
+    result = conformance.run_test(tests_root / name)
+    assert result.outcome == conformance.PASS, f"{result.outcome}: {result.error}"
+
+
+@needs_same_onnx
+@pytest.mark.slow
+@pytest.mark.conformance
+def test_full_suite_keeps_every_recorded_pass(tests_root):
+    spec = importlib.util.spec_from_file_location("onnx_conformance", ROOT / "benchmarks" / "onnx_conformance.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    results = runner.run_suite(conformance.list_tests(tests_root), "hetc", os.cpu_count() or 1, timeout=300)
+    by_name = {r.test: r for r in results}
+    lost = [f"{t} ({by_name[t].outcome}: {by_name[t].error})" for t in BASELINE["passing"]
+            if by_name[t].outcome != conformance.PASS]
+    passes = sum(r.outcome == conformance.PASS for r in results)
+    print(f"ONNX node tests: {passes} of {len(results)} pass (recorded: {BASELINE['passes']})")
+    assert not lost, f"{len(lost)} recorded passes now fail: {lost[:20]}"
+    assert passes >= BASELINE["passes"]
