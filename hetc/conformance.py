@@ -228,11 +228,17 @@ def run_test(test_dir: Path, runner: str = "hetc") -> Result:
     return second if second.outcome == PASS else first
 
 
+def _is_config(value: np.ndarray) -> bool:
+    """Integer scalars/vectors (axes, pads, shapes, k, repeats) and short float vectors
+    (Resize scales, roi): inputs that configure an op rather than carry data."""
+    return (value.dtype.kind in "iu" and value.ndim <= 1) or (
+        value.dtype.kind == "f" and value.ndim == 1 and value.size <= 8)
+
+
 def _shape_inputs(data_sets) -> tuple[str, ...]:
-    """Integer inputs of rank <= 1 in every data set: axes, pads, shapes, k, repeats."""
     names = set(data_sets[0][0]) if data_sets else set()
     for inputs, _ in data_sets:
-        names &= {k for k, v in inputs.items() if v.dtype.kind in "iu" and v.ndim <= 1}
+        names &= {k for k, v in inputs.items() if _is_config(v)}
     return tuple(sorted(names))
 
 

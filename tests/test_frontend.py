@@ -180,3 +180,12 @@ def test_model_proto_is_not_modified(examples):
     before = model.SerializeToString()
     hetc.compile(model)
     assert model.SerializeToString() == before
+
+
+def test_shape_output_is_an_int64_tensor():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Shape", ["x"], ["t"], start=1)]
+    model = make(nodes, [tensor("x", (2, 3, 4))], [tensor("s", (3,), np.int64), tensor("t", (2,), np.int64)])
+    got = hetc.compile(model).run({"x": np.zeros((2, 3, 4), np.float32)})
+    np.testing.assert_array_equal(got["s"], np.array([2, 3, 4], np.int64))
+    np.testing.assert_array_equal(got["t"], np.array([3, 4], np.int64))
+    assert got["s"].dtype == np.int64

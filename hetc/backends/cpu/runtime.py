@@ -37,6 +37,8 @@ class CPURunner:
 def _flatten(value) -> list[np.ndarray]:
     if isinstance(value, tvm.runtime.Tensor):
         return [value.numpy()]
+    if isinstance(value, tvm.runtime.ShapeTuple):  # an ONNX Shape output the VM kept symbolic
+        return [np.array(list(value), np.int64)]
     return [arr for item in value for arr in _flatten(item)]
 
 
