@@ -7,7 +7,7 @@ from functools import cache
 
 from ...graph import OpNode
 
-DTYPES = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64",
+DTYPES = frozenset({"bfloat16", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
                     "uint8", "uint16", "uint32", "uint64", "bool"})
 
 # Ops the Relax VM executes itself instead of through legalized TIR.

@@ -4,4 +4,17 @@ Importing this package registers them. Add a new family module here explicitly (
 discovery magic), and see ``hetc.frontends.onnx.registry`` for how to write a converter.
 """
 
-from . import attention, constant, loss, math, normalization, rotary  # noqa: F401
+from . import (  # noqa: F401
+    attention,
+    cast,
+    constant,
+    loss,
+    math,
+    misc,
+    normalization,
+    quantize,
+    resize,
+    rotary,
+    sequence,
+    tensor,
+)

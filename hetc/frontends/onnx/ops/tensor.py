@@ -1,0 +1,3 @@
+"""(converters of this family are added here)"""
+
+from __future__ import annotations
