@@ -1,3 +1,576 @@
-"""(converters of this family are added here)"""
+"""Ops TVM 0.27 has no converter for, each small: BitCast, CumProd, LpNormalization, Swish,
+SwiGLU, Celu, Det, the window functions, MelWeightMatrix, DFT, STFT and Col2Im.
+
+All follow ``onnx.reference``:
+
+- ``BitCast`` (26) reinterprets the bits (a TE ``reinterpret``); bool <-> 8-bit ints is a
+  value cast (bool is one byte, 0/1).
+- ``CumProd`` (26): ``relax.cumprod`` with ``exclusive``; ``reverse`` flips the axis around
+  it. The ``axis`` input must be a constant (freeze it with ``--constant-input``).
+- ``LpNormalization`` (22; 1 for the older type list): ``p`` 1 or 2; a zero norm gives 0.
+- ``Swish`` (24) ``x * sigmoid(alpha x)``; ``SwiGLU`` (28) ``swish(a) * b``; ``Celu`` (12).
+- ``Det`` (22): closed forms for 1x1, 2x2 and 3x3 matrices (batched); larger ones are
+  rejected.
+- ``HannWindow``/``HammingWindow``/``BlackmanWindow``/``MelWeightMatrix`` (17): the outputs
+  depend only on scalar inputs, which must be constants; they are computed as the reference
+  does and emitted as constants.
+- ``DFT`` (17, 20) is a matmul with cos/sin matrices along the signal axis (zero padding or
+  truncation to ``dft_length``, ``onesided``, ``inverse``, irfft for ``inverse`` +
+  ``onesided``); ``dft_length`` and ``axis`` inputs must be constants. float16/bfloat16 are
+  computed in float32. ``STFT`` (17) gathers frames, multiplies the window, then runs the
+  same DFT along the frame axis.
+- ``Col2Im`` (18): a scatter-add of every (block offset, block) column into the flattened
+  image, with positions that fall in the padding sent to a discarded slot.
+  ``image_shape``/``block_shape`` must be constants.
+"""
 
 from __future__ import annotations
+
+import numpy as np
+import tvm
+from onnx import helper
+from tvm import relax, te, tirx
+
+from ..registry import Attrs, ConvertContext, converter
+
+_FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _dims(expr: relax.Expr) -> list[int]:
+    return [int(d) for d in expr.ty.shape.values]
+
+
+def _opt(inputs: list, i: int):
+    return inputs[i] if len(inputs) > i else None
+
+
+def _const_array(ctx: ConvertContext, expr, name: str) -> np.ndarray:
+    """The value of a constant input; a clear error if it is computed at run time."""
+    if isinstance(expr, tvm.ir.GenericConst):
+        return expr.value.numpy()
+    if isinstance(expr, relax.ShapeExpr):
+        return np.array([int(v) for v in expr.values], dtype=np.int64)
+    raise ctx.error(f"input {name} must be a constant (freeze it with --constant-input)")
+
+
+def _onnx_dtype(ctx: ConvertContext, code: int, attr: str) -> str:
+    try:
+        np_dtype = helper.tensor_dtype_to_np_dtype(int(code))
+    except (KeyError, ValueError, TypeError):
+        raise ctx.error(f"attribute {attr}={code} is not a supported tensor type") from None
+    if int(code) == 16:
+        return "bfloat16"
+    name = np.dtype(np_dtype).name
+    if np.dtype(np_dtype).kind not in "biuf":
+        raise ctx.error(f"attribute {attr}={code} is not a supported tensor type")
+    return name
+
+
+def _const(value: np.ndarray, dtype: str) -> relax.Expr:
+    """A constant of ``dtype`` (bfloat16 via a float32 constant and a cast)."""
+    if dtype == "bfloat16":
+        return relax.op.astype(relax.const(np.asarray(value, np.float32), "float32"), dtype)
+    return relax.const(np.asarray(value).astype(dtype), dtype)
+
+
+def _compute_dtype(dtype: str) -> str:
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
+# ----------------------------------------------------------------------------- BitCast
+
+@converter("BitCast", since=26)
+def bitcast(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    x = inputs[0]
+    src = str(x.ty.dtype)
+    dst = _onnx_dtype(ctx, attrs.get("to"), "to")
+    bits = {"bool": 8}
+
+    def width(d: str) -> int:
+        return bits.get(d) or tvm.runtime.DataType(d).bits
+
+    if width(src) != width(dst):
+        raise ctx.error(f"BitCast needs equal bit widths: input {src} ({width(src)} bits), "
+                        f"to={dst} ({width(dst)} bits)")
+    if src == dst:
+        return x
+    if dst == "bool":  # any nonzero byte reads as True
+        return relax.op.not_equal(x, relax.const(0, src))
+    if src == "bool":
+        return relax.op.astype(x, dst)
+    return ctx.bb.emit_te(
+        lambda t: te.compute(t.shape, lambda *i: tirx.reinterpret(dst, t(*i)), name="bitcast"), x)
+
+
+# ----------------------------------------------------------------------------- CumProd
+
+@converter("CumProd", since=26)
+def cumprod(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    x, axis_in = inputs[0], inputs[1]
+    exclusive = attrs.reject("exclusive", lambda v: v in (0, 1), 0)
+    reverse = attrs.reject("reverse", lambda v: v in (0, 1), 0)
+    rank = x.ty.ndim
+    axis_arr = _const_array(ctx, axis_in, "axis").reshape(-1)
+    if axis_arr.size != 1:
+        raise ctx.error("input axis must be a scalar")
+    axis = int(axis_arr[0])
+    if not -max(rank, 1) <= axis < max(rank, 1):
+        raise ctx.error(f"axis {axis} is out of range for rank {rank}")
+    axis %= max(rank, 1)
+    if rank == 0:
+        return x
+    if reverse:
+        x = relax.op.flip(x, axis)
+    y = relax.op.cumprod(x, axis=axis, exclusive=bool(exclusive))
+    if reverse:
+        y = relax.op.flip(ctx.bb.normalize(y), axis)
+    return y
+
+
+# ----------------------------------------------------------------------------- elementwise
+
+@converter("LpNormalization", since=1)
+def lp_normalization(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    x = inputs[0]
+    p = attrs.reject("p", lambda v: v in (1, 2), 2)
+    rank = x.ty.ndim
+    axis = int(attrs.get("axis", -1))
+    if not -rank <= axis < rank:
+        raise ctx.error(f"axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    dtype = str(x.ty.dtype)
+    if p == 1:
+        norm = relax.op.sum(relax.op.abs(x), [axis], keepdims=True)
+    else:
+        norm = relax.op.sqrt(relax.op.sum(relax.op.multiply(x, x), [axis], keepdims=True))
+    norm = ctx.bb.normalize(norm)
+    zero = _const(np.array(0), dtype)
+    is_zero = relax.op.equal(norm, zero)
+    safe = relax.op.where(is_zero, _const(np.array(1), dtype), norm)
+    return relax.op.where(is_zero, zero, relax.op.divide(x, safe))
+
+
+def _swish(x: relax.Expr, alpha: float, dtype: str) -> relax.Expr:
+    scaled = x if alpha == 1.0 else relax.op.multiply(x, _const(np.array(alpha), dtype))
+    return relax.op.multiply(x, relax.op.sigmoid(scaled))
+
+
+@converter("Swish", since=24)
+def swish(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    x = inputs[0]
+    alpha = float(attrs.get("alpha", 1.0))
+    return _swish(x, alpha, str(x.ty.dtype))
+
+
+@converter("SwiGLU", since=28)
+def swiglu(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    a, b = inputs[0], inputs[1]
+    alpha = float(attrs.get("alpha", 1.0))
+    if _dims(a) != _dims(b) or str(a.ty.dtype) != str(b.ty.dtype):
+        raise ctx.error(f"inputs A and B must have the same shape and dtype, got "
+                        f"{_dims(a)} {a.ty.dtype} and {_dims(b)} {b.ty.dtype}")
+    return relax.op.multiply(_swish(a, alpha, str(a.ty.dtype)), b)
+
+
+@converter("Celu", since=12)
+def celu(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    x = inputs[0]
+    alpha = float(attrs.get("alpha", 1.0))
+    dtype = str(x.ty.dtype)
+    cdtype = _compute_dtype(dtype)
+    xc = ctx.bb.normalize(relax.op.astype(x, cdtype)) if cdtype != dtype else x
+    a = relax.const(alpha, cdtype)
+    zero = relax.const(0.0, cdtype)
+    # max(0, x) + min(0, alpha * (exp(x / alpha) - 1))
+    neg = relax.op.multiply(a, relax.op.subtract(relax.op.exp(relax.op.divide(xc, a)),
+                                                 relax.const(1.0, cdtype)))
+    y = relax.op.add(relax.op.maximum(xc, zero), relax.op.minimum(neg, zero))
+    return relax.op.astype(y, dtype) if cdtype != dtype else y
+
+
+@converter("Det", since=11)
+def det(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    x = inputs[0]
+    bb = ctx.bb
+    shape = _dims(x)
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        raise ctx.error(f"input must be [..., M, M], got {shape}")
+    n = shape[-1]
+    if n > 3:
+        raise ctx.error(f"matrices larger than 3x3 are not supported (got {n}x{n})")
+    dtype = str(x.ty.dtype)
+    cdtype = _compute_dtype(dtype)
+    if cdtype != dtype:
+        x = bb.normalize(relax.op.astype(x, cdtype))
+    batch = shape[:-2]
+
+    def e(i: int, j: int) -> relax.Expr:
+        return bb.normalize(relax.op.reshape(
+            relax.op.strided_slice(x, [len(shape) - 2, len(shape) - 1], [i, j], [i + 1, j + 1]),
+            batch))
+
+    mul, sub, add = relax.op.multiply, relax.op.subtract, relax.op.add
+    if n == 1:
+        y = e(0, 0)
+    elif n == 2:
+        y = sub(mul(e(0, 0), e(1, 1)), mul(e(0, 1), e(1, 0)))
+    else:
+        def minor(i, j, k, l):
+            return sub(mul(e(1, i), e(2, j)), mul(e(1, k), e(2, l)))
+        y = add(sub(mul(e(0, 0), minor(1, 2, 2, 1)), mul(e(0, 1), minor(0, 2, 2, 0))),
+                mul(e(0, 2), minor(0, 1, 1, 0)))
+    return relax.op.astype(y, dtype) if cdtype != dtype else y
+
+
+# ----------------------------------------------------------------------------- windows
+
+def _window_size(ctx: ConvertContext, size) -> int:
+    value = _const_array(ctx, size, "size").reshape(-1)
+    if value.size != 1 or int(value[0]) < 0:
+        raise ctx.error(f"input size must be a non-negative scalar, got {value.tolist()}")
+    return int(value[0])
+
+
+def _window(kind: str):
+    def convert(ctx: ConvertContext, inputs: list, attrs: Attrs):
+        periodic = attrs.reject("periodic", lambda v: v in (0, 1), 1)
+        dtype = _onnx_dtype(ctx, attrs.get("output_datatype", 1), "output_datatype")
+        size = _window_size(ctx, inputs[0])
+        np_dtype = np.float32 if dtype == "bfloat16" else np.dtype(dtype)
+        n_1 = size if periodic else size - 1
+        if kind == "blackman":
+            ni = np.arange(size)
+            res = (np.cos((ni * (np.pi * 2)) / n_1) * (-0.5) + np.cos((ni * (np.pi * 4)) / n_1)
+                   * 0.08 + 0.42)
+        else:
+            ni = np.arange(size, dtype=np_dtype)
+            with np.errstate(all="ignore"):
+                if kind == "hann":
+                    res = np.sin(ni * np.pi / n_1) ** 2
+                else:
+                    alpha = 25.0 / 46.0
+                    res = alpha - np.cos(ni * np.pi * 2 / n_1) * (1 - alpha)
+        return _const(np.asarray(res).astype(np_dtype), dtype)
+    return convert
+
+
+converter("HannWindow", since=17)(_window("hann"))
+converter("HammingWindow", since=17)(_window("hamming"))
+converter("BlackmanWindow", since=17)(_window("blackman"))
+
+
+@converter("MelWeightMatrix", since=17)
+def mel_weight_matrix(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    dtype = _onnx_dtype(ctx, attrs.get("output_datatype", 1), "output_datatype")
+    names = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
+    vals = [_const_array(ctx, v, n).reshape(-1)[0] for v, n in zip(inputs, names)]
+    num_mel_bins, dft_length, sample_rate = (int(v) for v in vals[:3])
+    lower, upper = vals[3], vals[4]
+    if num_mel_bins <= 0 or dft_length <= 0 or sample_rate <= 0:
+        raise ctx.error("num_mel_bins, dft_length and sample_rate must be positive")
+    num_spectrogram_bins = dft_length // 2 + 1
+    frequency_bins = np.arange(0, num_mel_bins + 2)
+    low_mel = 2595 * np.log1p(lower / 700) / np.log(10)
+    high_mel = 2595 * np.log1p(upper / 700) / np.log(10)
+    mel_step = (high_mel - low_mel) / frequency_bins.shape[0]
+    frequency_bins = frequency_bins * mel_step + low_mel
+    frequency_bins = 700 * np.expm1(frequency_bins / 2595 * np.log(10))
+    frequency_bins = (((dft_length + 1) * frequency_bins) // sample_rate).astype(int)
+    out = np.zeros((num_spectrogram_bins, num_mel_bins))
+    for i in range(num_mel_bins):
+        lo, center, hi = frequency_bins[i], frequency_bins[i + 1], frequency_bins[i + 2]
+        if not (0 <= lo <= center <= hi <= num_spectrogram_bins):
+            raise ctx.error(f"mel bin {i} spans spectrogram bins {lo}..{hi}, outside "
+                            f"0..{num_spectrogram_bins}")
+        if center == lo:
+            if center < num_spectrogram_bins:
+                out[center, i] = 1
+        else:
+            for j in range(lo, min(center + 1, num_spectrogram_bins)):
+                out[j, i] = float(j - lo) / float(center - lo)
+        if hi > center:
+            for j in range(center, hi):
+                out[j, i] = float(hi - j) / float(hi - center)
+    np_dtype = np.float32 if dtype == "bfloat16" else np.dtype(dtype)
+    return _const(out.astype(np_dtype), dtype)
+
+
+# ----------------------------------------------------------------------------- DFT / STFT
+
+def _dft_last(ctx: ConvertContext, re: relax.Expr, im: relax.Expr | None, length: int,
+              inverse: bool, onesided: bool) -> list[relax.Expr]:
+    """DFT along the last axis of real/imag parts (im None: real signal), as matmuls.
+
+    Returns [real, imag], or [real] for the inverse one-sided (irfft) case."""
+    bb = ctx.bb
+    dtype = str(re.ty.dtype)
+    n_in = _dims(re)[-1]
+    n = length
+    j = np.arange(n_in)[:, None].astype(np.float64)
+    if inverse and onesided:  # irfft: one-sided bins -> n real samples
+        k = j  # input bins
+        out = np.arange(n)[None, :].astype(np.float64)
+        used = min(n_in, n // 2 + 1)
+        weight = np.where(k == 0, 1.0, 2.0)
+        if n % 2 == 0:
+            weight = np.where(k == n // 2, 1.0, weight)
+        weight = np.where(k < used, weight, 0.0)
+        angle = 2 * np.pi * ((k * out) % n) / n
+        cos_m = weight * np.cos(angle) / n
+        sin_m = weight * np.sin(angle) / n
+        y = relax.op.matmul(re, _const(cos_m, dtype))
+        if im is not None:
+            y = relax.op.subtract(y, relax.op.matmul(im, _const(sin_m, dtype)))
+        return [bb.normalize(y)]
+    n_out = n // 2 + 1 if onesided else n
+    k = np.arange(n_out)[None, :].astype(np.float64)
+    valid = (j < n).astype(np.float64)  # truncation to n samples
+    angle = 2 * np.pi * ((j * k) % n) / n
+    cos_m, sin_m = valid * np.cos(angle), valid * np.sin(angle)
+    if inverse:
+        cos_m, sin_m = cos_m / n, -sin_m / n  # e^{+i angle} / n
+    cos_c, sin_c = _const(cos_m, dtype), _const(sin_m, dtype)
+    # (re + i im)(cos - i sin) = (re cos + im sin) + i (im cos - re sin)
+    real = relax.op.matmul(re, cos_c)
+    imag = relax.op.negative(relax.op.matmul(re, sin_c))
+    if im is not None:
+        real = relax.op.add(real, relax.op.matmul(im, sin_c))
+        imag = relax.op.add(imag, relax.op.matmul(im, cos_c))
+    return [bb.normalize(real), bb.normalize(imag)]
+
+
+def _dft(ctx: ConvertContext, x: relax.Expr, length: int | None, axis: int, inverse: bool,
+         onesided: bool) -> relax.Expr:
+    bb = ctx.bb
+    dtype = str(x.ty.dtype)
+    if dtype not in _FLOAT_DTYPES:
+        raise ctx.error(f"input has dtype {dtype}; DFT takes float types")
+    shape = _dims(x)
+    rank = len(shape)
+    if rank < 2 or shape[-1] not in (1, 2):
+        raise ctx.error(f"input must end with a dimension of 1 (real) or 2 (complex), got {shape}")
+    if not -rank <= axis < rank:
+        raise ctx.error(f"axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    if axis == rank - 1:
+        raise ctx.error("axis must not be the last (real/imaginary) dimension")
+    if length is None:
+        length = 2 * (shape[axis] - 1) if inverse and onesided else shape[axis]
+    if length <= 0:
+        raise ctx.error(f"dft_length must be positive, got {length}")
+    if onesided and not inverse and shape[-1] == 2:
+        raise ctx.error("onesided with a complex input is not supported")
+    cdtype = _compute_dtype(dtype)
+    if cdtype != dtype:
+        x = bb.normalize(relax.op.astype(x, cdtype))
+    perm = [d for d in range(rank - 1) if d != axis] + [axis]
+    inv = [perm.index(d) for d in range(rank - 1)]
+
+    def part(i: int) -> relax.Expr:
+        p = relax.op.squeeze(relax.op.strided_slice(x, [rank - 1], [i], [i + 1]), [rank - 1])
+        return bb.normalize(relax.op.permute_dims(p, perm))
+
+    re = part(0)
+    im = part(1) if shape[-1] == 2 else None
+    outs = _dft_last(ctx, re, im, length, inverse, onesided)
+    outs = [relax.op.expand_dims(relax.op.permute_dims(o, inv), [rank - 1]) for o in outs]
+    y = relax.op.concat(outs, axis=rank - 1) if len(outs) > 1 else outs[0]
+    return relax.op.astype(y, dtype) if cdtype != dtype else y
+
+
+def _dft_length(ctx: ConvertContext, expr) -> int | None:
+    if expr is None:
+        return None
+    value = _const_array(ctx, expr, "dft_length").reshape(-1)
+    return int(value[0])
+
+
+@converter("DFT", since=17)
+def dft17(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    inverse = attrs.reject("inverse", lambda v: v in (0, 1), 0)
+    onesided = attrs.reject("onesided", lambda v: v in (0, 1), 0)
+    axis = int(attrs.get("axis", 1))
+    return _dft(ctx, inputs[0], _dft_length(ctx, _opt(inputs, 1)), axis, bool(inverse),
+                bool(onesided))
+
+
+@converter("DFT", since=20)
+def dft20(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    inverse = attrs.reject("inverse", lambda v: v in (0, 1), 0)
+    onesided = attrs.reject("onesided", lambda v: v in (0, 1), 0)
+    axis_in = _opt(inputs, 2)
+    axis = -2 if axis_in is None else int(_const_array(ctx, axis_in, "axis").reshape(-1)[0])
+    return _dft(ctx, inputs[0], _dft_length(ctx, _opt(inputs, 1)), axis, bool(inverse),
+                bool(onesided))
+
+
+@converter("STFT", since=17)
+def stft(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    bb = ctx.bb
+    signal, step_in = inputs[0], inputs[1]
+    window, length_in = _opt(inputs, 2), _opt(inputs, 3)
+    onesided = attrs.reject("onesided", lambda v: v in (0, 1), 1)
+    shape = _dims(signal)
+    if len(shape) != 3 or shape[2] not in (1, 2):
+        raise ctx.error(f"signal must be [batch, length, 1 or 2], got {shape}")
+    step = int(_const_array(ctx, step_in, "frame_step").reshape(-1)[0])
+    if length_in is not None:
+        frame_length = int(_const_array(ctx, length_in, "frame_length").reshape(-1)[0])
+    elif window is not None:
+        frame_length = _dims(window)[0]
+    else:
+        frame_length = shape[1]
+    if window is not None and _dims(window) != [frame_length]:
+        raise ctx.error(f"window must have shape [{frame_length}], got {_dims(window)}")
+    if step <= 0 or not 0 < frame_length <= shape[1]:
+        raise ctx.error(f"frame_step {step} / frame_length {frame_length} are invalid for a "
+                        f"signal of length {shape[1]}")
+    frames = 1 + (shape[1] - frame_length) // step
+    index = (np.arange(frames)[:, None] * step + np.arange(frame_length)[None, :]).reshape(-1)
+    framed = relax.op.take(signal, relax.const(index.astype(np.int64)), axis=1)
+    framed = bb.normalize(relax.op.reshape(framed, [shape[0], frames, frame_length, shape[2]]))
+    if window is not None:
+        framed = relax.op.multiply(framed, relax.op.reshape(window, [1, 1, frame_length, 1]))
+        framed = bb.normalize(framed)
+    return _dft(ctx, framed, frame_length, 2, False, bool(onesided))
+
+
+# ----------------------------------------------------------------------------- Col2Im
+
+@converter("Col2Im", since=18)
+def col2im(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    bb = ctx.bb
+    x = inputs[0]
+    image = [int(v) for v in _const_array(ctx, inputs[1], "image_shape").reshape(-1)]
+    block = [int(v) for v in _const_array(ctx, inputs[2], "block_shape").reshape(-1)]
+    nd = len(image)
+    if len(block) != nd or nd == 0:
+        raise ctx.error(f"image_shape {image} and block_shape {block} must have the same length")
+    dilations = [int(v) for v in attrs.get("dilations", [1] * nd)]
+    pads = [int(v) for v in attrs.get("pads", [0] * (2 * nd))]
+    strides = [int(v) for v in attrs.get("strides", [1] * nd)]
+    if len(dilations) != nd or len(pads) != 2 * nd or len(strides) != nd:
+        raise ctx.error(f"dilations/pads/strides must have {nd}/{2 * nd}/{nd} values")
+    shape = _dims(x)
+    if len(shape) != 3:
+        raise ctx.error(f"input must be [N, C * prod(block_shape), L], got {shape}")
+    n, ck, length = shape
+    k = int(np.prod(block))
+    if k <= 0 or ck % k:
+        raise ctx.error(f"input dim 1 ({ck}) is not divisible by prod(block_shape)={k}")
+    c = ck // k
+    n_blocks = [(image[i] + pads[i] + pads[i + nd] - dilations[i] * (block[i] - 1) - 1)
+                // strides[i] + 1 for i in range(nd)]
+    if int(np.prod(n_blocks)) != length or min(n_blocks) < 1:
+        raise ctx.error(f"input dim 2 ({length}) does not match the {n_blocks} sliding blocks")
+    # Output position of (block offset, block index), or the discard slot P.
+    offs = np.stack(np.unravel_index(np.arange(k), block), axis=1)  # (k, nd)
+    cols = np.stack(np.unravel_index(np.arange(length), n_blocks), axis=1)  # (L, nd)
+    pos = (cols[None, :, :] * np.array(strides) - np.array(pads[:nd])
+           + offs[:, None, :] * np.array(dilations))  # (k, L, nd)
+    inside = np.all((pos >= 0) & (pos < np.array(image)), axis=2)
+    p = int(np.prod(image))
+    flat = np.where(inside, np.ravel_multi_index(tuple(np.clip(pos, 0, np.array(image) - 1)
+                                                        .transpose(2, 0, 1)), image), p)
+    index = np.broadcast_to(flat.reshape(1, 1, k * length), (n, c, k * length)).astype(np.int64)
+    data = relax.op.reshape(x, [n, c, k * length])
+    dtype = str(x.ty.dtype)
+    zeros = relax.op.zeros(relax.ShapeExpr([n, c, p + 1]), dtype)
+    out = bb.normalize(relax.op.scatter_elements(zeros, relax.const(np.ascontiguousarray(index)),
+                                                 data, axis=2, reduction="add"))
+    out = relax.op.strided_slice(out, [2], [0], [p])
+    return relax.op.reshape(out, [n, c] + image)
+
+
+# ----------------------------------------------------------------------------- DeformConv
+
+@converter("DeformConv", since=19)
+def deform_conv(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    """2D deformable convolution: bilinear sampling (zeros outside, as GridSample with
+    align_corners=1) at the offset kernel positions, times the mask, then a grouped matmul."""
+    bb = ctx.bb
+    x, w, offset = inputs[0], inputs[1], inputs[2]
+    bias, mask = _opt(inputs, 3), _opt(inputs, 4)
+    xs, ws = _dims(x), _dims(w)
+    if len(xs) != 4:
+        raise ctx.error(f"only 2D deformable convolution is supported (X of rank 4), got rank {len(xs)}")
+    n, c, h, wd = xs
+    oc, cpg, kh, kw = ws
+    kernel = [int(v) for v in attrs.get("kernel_shape", [kh, kw])]
+    dil = [int(v) for v in attrs.get("dilations", [1, 1])]
+    pads = [int(v) for v in attrs.get("pads", [0, 0, 0, 0])]
+    strides = [int(v) for v in attrs.get("strides", [1, 1])]
+    group = int(attrs.get("group", 1))
+    og = int(attrs.get("offset_group", 1))
+    if kernel != [kh, kw] or len(dil) != 2 or len(pads) != 4 or len(strides) != 2:
+        raise ctx.error(f"kernel_shape {kernel}/dilations/pads/strides do not fit W {ws}")
+    if group <= 0 or c != cpg * group or oc % group:
+        raise ctx.error(f"X has {c} channels, W {ws} and group={group} do not match")
+    if og <= 0 or c % og:
+        raise ctx.error(f"offset_group={og} does not divide the {c} input channels")
+    os_ = _dims(offset)
+    k = kh * kw
+    if len(os_) != 4 or os_[0] != n or os_[1] != og * 2 * k:
+        raise ctx.error(f"offset must be [{n}, {og * 2 * k}, oH, oW], got {os_}")
+    oh, ow = os_[2], os_[3]
+    p = oh * ow
+    dtype = str(x.ty.dtype)
+    if dtype not in _FLOAT_DTYPES:
+        raise ctx.error(f"X has dtype {dtype}; DeformConv takes float types")
+    cdtype = _compute_dtype(dtype)
+
+    def cast(e):
+        return bb.normalize(relax.op.astype(e, cdtype)) if cdtype != dtype else e
+
+    x, w, offset = cast(x), cast(w), cast(offset)
+    # Kernel-grid positions without offsets: (kh, kw, oh, ow).
+    base_h = (np.arange(kh)[:, None, None, None] * dil[0] - pads[0]
+              + np.arange(oh)[None, None, :, None] * strides[0])
+    base_w = (np.arange(kw)[None, :, None, None] * dil[1] - pads[1]
+              + np.arange(ow)[None, None, None, :] * strides[1])
+    base_h = np.broadcast_to(base_h, (kh, kw, oh, ow)).reshape(1, 1, k * p)
+    base_w = np.broadcast_to(base_w, (kh, kw, oh, ow)).reshape(1, 1, k * p)
+    off = bb.normalize(relax.op.reshape(offset, [n, og, k, 2, p]))
+
+    def coord(i: int, base: np.ndarray) -> relax.Expr:
+        o = relax.op.reshape(relax.op.strided_slice(off, [3], [i], [i + 1]), [n, og, k * p])
+        return bb.normalize(relax.op.add(o, _const(base, cdtype)))
+
+    y, xc = coord(0, base_h), coord(1, base_w)
+    y0, x0 = bb.normalize(relax.op.floor(y)), bb.normalize(relax.op.floor(xc))
+    ly, lx = bb.normalize(relax.op.subtract(y, y0)), bb.normalize(relax.op.subtract(xc, x0))
+    one = relax.const(1.0, cdtype)
+    data = bb.normalize(relax.op.reshape(x, [n, og, c // og, h * wd]))
+    sampled = None
+    for dy in (0, 1):
+        for dx in (0, 1):
+            yc = relax.op.add(y0, relax.const(float(dy), cdtype)) if dy else y0
+            xcc = relax.op.add(x0, relax.const(float(dx), cdtype)) if dx else x0
+            yi = bb.normalize(relax.op.astype(yc, "int64"))
+            xi = bb.normalize(relax.op.astype(xcc, "int64"))
+            valid = relax.op.logical_and(
+                relax.op.logical_and(relax.op.greater_equal(yi, relax.const(0, "int64")),
+                                     relax.op.less(yi, relax.const(h, "int64"))),
+                relax.op.logical_and(relax.op.greater_equal(xi, relax.const(0, "int64")),
+                                     relax.op.less(xi, relax.const(wd, "int64"))))
+            wy = ly if dy else relax.op.subtract(one, ly)
+            wx = lx if dx else relax.op.subtract(one, lx)
+            weight = relax.op.where(valid, relax.op.multiply(wy, wx), relax.const(0.0, cdtype))
+            idx = relax.op.add(
+                relax.op.multiply(relax.op.clip(yi, 0, h - 1), relax.const(wd, "int64")),
+                relax.op.clip(xi, 0, wd - 1))
+            idx = relax.op.broadcast_to(relax.op.expand_dims(idx, [2]), [n, og, c // og, k * p])
+            val = relax.op.gather_elements(data, bb.normalize(idx), axis=3)
+            term = bb.normalize(relax.op.multiply(val, relax.op.expand_dims(weight, [2])))
+            sampled = term if sampled is None else bb.normalize(relax.op.add(sampled, term))
+    if mask is not None:
+        if _dims(mask) != [n, og * k, oh, ow]:
+            raise ctx.error(f"mask must be [{n}, {og * k}, {oh}, {ow}], got {_dims(mask)}")
+        m = relax.op.reshape(cast(mask), [n, og, 1, k * p])
+        sampled = bb.normalize(relax.op.multiply(sampled, m))
+    cols = relax.op.reshape(sampled, [n, group, cpg * k, p])
+    wg = relax.op.reshape(w, [1, group, oc // group, cpg * k])
+    out = relax.op.reshape(relax.op.matmul(wg, cols), [n, oc, oh, ow])
+    if bias is not None:
+        out = relax.op.add(out, relax.op.reshape(cast(bias), [1, oc, 1, 1]))
+    return relax.op.astype(out, dtype) if cdtype != dtype else out
