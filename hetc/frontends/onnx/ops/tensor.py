@@ -1,3 +1,236 @@
-"""(converters of this family are added here)"""
+"""Pad (opsets 2, 11, 13, 18, 19), OneHot (9, 11) and CenterCropPad (18).
+
+TVM's Pad converter needs constant pads and a Python-float value, has no ``axes`` input and no
+``wrap`` mode and does not crop for negative pads; its OneHot needs a constant depth and
+ignores negative indices; it has no CenterCropPad. hetc's converters:
+
+- Pad: negative pads crop first (``strided_slice``), then positive pads are applied axis by
+  axis: ``constant`` concatenates blocks filled with ``constant_value`` (which may be a
+  runtime input), ``edge``/``reflect``/``wrap`` gather along the axis with indices computed
+  like ``numpy.pad`` (the ONNX reference), so pads longer than the axis reflect or wrap again.
+- OneHot: ``indices`` (any numeric type, negative ones wrapped from opset 11, out-of-range ones
+  all off) compared with ``arange(depth)`` on the new ``axis``; ``values`` may be a runtime
+  input.
+- CenterCropPad: a centred crop (``strided_slice``) or zero pad per axis of ``axes``.
+
+``pads``, ``axes``, ``depth`` and ``shape`` decide the output shape: they must be constants
+(initializers, folded values or inputs frozen with ``constant_inputs=``), else a clear
+ConversionError names the input.
+"""
 
 from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..registry import Attrs, ConvertContext, converter
+from .resize import const_value, scalar
+
+
+def _dims(expr) -> list[int]:
+    return [int(d) for d in expr.ty.shape.values]
+
+
+def _norm_axes(ctx: ConvertContext, axes, rank: int, what: str) -> list[int]:
+    axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+    if any(not -rank <= a < rank for a in axes):
+        raise ctx.error(f"{what}={axes} out of range for rank {rank}")
+    axes = [a + rank if a < 0 else a for a in axes]
+    if len(set(axes)) != len(axes):
+        raise ctx.error(f"{what}={axes} has duplicates")
+    return axes
+
+
+def _crop(bb, x: relax.Expr, axis: int, begin: int, end: int) -> relax.Expr:
+    return bb.normalize(relax.op.strided_slice(x, [axis], [begin], [end], assume_inbound=True))
+
+
+def _pad_constant(bb, x: relax.Expr, axis: int, before: int, after: int, value: relax.Expr) -> relax.Expr:
+    shape = _dims(x)
+
+    def block(width: int) -> relax.Expr:
+        dims = list(shape)
+        dims[axis] = width
+        # broadcast_to, not full: TVM's legalization of full rejects an inf/NaN constant
+        return bb.normalize(relax.op.broadcast_to(value, dims))
+
+    parts = ([block(before)] if before else []) + [x] + ([block(after)] if after else [])
+    return bb.normalize(relax.op.concat(parts, axis=axis)) if len(parts) > 1 else x
+
+
+def _pad_gather(ctx: ConvertContext, x: relax.Expr, axis: int, before: int, after: int, mode: str) -> relax.Expr:
+    n = _dims(x)[axis]
+    if n == 0:
+        raise ctx.error(f"mode={mode!r} cannot pad axis {axis}, which is empty")
+    idx = np.pad(np.arange(n, dtype=np.int64), (before, after), mode=mode)
+    return ctx.bb.normalize(relax.op.take(x, relax.const(idx, "int64"), axis=axis))
+
+
+def pad_tensor(ctx: ConvertContext, x: relax.Expr, widths: list[tuple[int, int]], mode: str,
+               value: relax.Expr | None) -> relax.Expr:
+    """Crop for negative widths, then pad ``widths`` (per axis) in ``mode``."""
+    bb = ctx.bb
+    shape = _dims(x)
+    for axis, (b, a) in enumerate(widths):
+        if b < 0 or a < 0:
+            begin, end = max(-b, 0), shape[axis] - max(-a, 0)
+            if end < begin:
+                raise ctx.error(f"negative pads {(b, a)} remove more than the {shape[axis]} elements of axis {axis}")
+            x = _crop(bb, x, axis, begin, end)
+    numpy_mode = {"edge": "edge", "reflect": "reflect", "wrap": "wrap"}
+    for axis, (b, a) in enumerate(widths):
+        b, a = max(b, 0), max(a, 0)
+        if not (b or a):
+            continue
+        if mode == "constant":
+            x = _pad_constant(bb, x, axis, b, a, value)
+        else:
+            x = _pad_gather(ctx, x, axis, b, a, numpy_mode[mode])
+    return x
+
+
+def _value_scalar(ctx: ConvertContext, expr, dtype: str) -> relax.Expr:
+    """constant_value as a scalar of ``dtype``: a constant, or a runtime scalar/1-element tensor."""
+    if expr is None:
+        return scalar(0, dtype)
+    if isinstance(expr, (tvm.ir.GenericConst, relax.ShapeExpr)):
+        value = const_value(ctx, expr, "constant_value")
+        if value is None:
+            return scalar(0, dtype)
+        v = value.reshape(-1)[0]
+        if value.dtype.kind in "iub" and dtype.startswith(("int", "uint", "bool")):
+            return relax.const(np.array(v).astype(dtype), dtype)  # exact, also for large int64
+        return scalar(float(v), dtype)
+    if int(np.prod(_dims(expr))) != 1:
+        raise ctx.error(f"input 'constant_value' must hold one value, got shape {_dims(expr)}")
+    v = relax.op.reshape(expr, [])
+    return v if str(expr.ty.dtype) == dtype else relax.op.astype(v, dtype)
+
+
+_PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+def _pad(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    opset = ctx.opset
+    x = inputs[0]
+    rank = x.ty.ndim
+    dtype = str(x.ty.dtype)
+    mode = attrs.reject("mode", lambda v: v in _PAD_MODES, "constant")
+    if opset < 11:
+        pads = attrs.get("pads", None)
+        if pads is None:
+            raise ctx.error("attribute 'pads' is required")
+        pads = np.asarray(pads, dtype=np.int64)
+        value = scalar(float(attrs.get("value", 0.0)), dtype)
+        axes = list(range(rank))
+    else:
+        inputs = list(inputs) + [None] * 3
+        pads = const_value(ctx, inputs[1], "pads")
+        if pads is None:
+            pads = np.zeros(0, np.int64)
+        value = _value_scalar(ctx, inputs[2], dtype) if mode == "constant" else None
+        axes_v = const_value(ctx, inputs[3], "axes") if opset >= 18 else None
+        axes = list(range(rank)) if axes_v is None else _norm_axes(ctx, axes_v, rank, "axes")
+    pads = pads.astype(np.int64).reshape(-1)
+    if pads.size != 2 * len(axes):
+        raise ctx.error(f"pads has {pads.size} values, expected {2 * len(axes)} (2 per axis)")
+    widths = [(0, 0)] * rank
+    for i, a in enumerate(axes):
+        widths[a] = (int(pads[i]), int(pads[len(axes) + i]))
+    return pad_tensor(ctx, x, widths, mode, value)
+
+
+@converter("Pad", since=2)
+def pad_2(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    return _pad(ctx, inputs, attrs)
+
+
+@converter("Pad", since=11)
+def pad_11(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    return _pad(ctx, inputs, attrs)
+
+
+@converter("Pad", since=13)
+def pad_13(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    return _pad(ctx, inputs, attrs)
+
+
+@converter("Pad", since=18)
+def pad_18(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    return _pad(ctx, inputs, attrs)
+
+
+@converter("Pad", since=19)
+def pad_19(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    return _pad(ctx, inputs, attrs)
+
+
+# --------------------------------------------------------------------------- OneHot
+
+
+def _one_hot(ctx: ConvertContext, inputs: list, attrs: Attrs, wrap_negative: bool):
+    indices, depth_e, values = inputs[0], inputs[1], inputs[2]
+    bb = ctx.bb
+    rank = indices.ty.ndim
+    axis = int(attrs.get("axis", -1))
+    if not -(rank + 1) <= axis <= rank:
+        raise ctx.error(f"axis={axis} out of range for indices of rank {rank}")
+    if axis < 0:
+        axis += rank + 1
+    depth_v = const_value(ctx, depth_e, "depth")
+    if depth_v is None or depth_v.size != 1:
+        raise ctx.error("input 'depth' must hold one value")
+    depth = int(depth_v.reshape(-1)[0])
+    if depth < 0:
+        raise ctx.error(f"input 'depth' must be non-negative, got {depth}")
+    if values.ty.ndim != 1 or _dims(values)[0] != 2:
+        raise ctx.error("input 'values' must be [off_value, on_value]")
+    idtype = str(indices.ty.dtype)
+    idx = indices if idtype == "int64" else bb.normalize(relax.op.astype(indices, "int64"))
+    if wrap_negative:
+        idx = bb.normalize(relax.op.where(relax.op.less(idx, relax.const(0, "int64")),
+                                          relax.op.add(idx, relax.const(depth, "int64")), idx))
+    idx = bb.normalize(relax.op.expand_dims(idx, axis))
+    targets = np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (rank - axis))
+    hit = bb.normalize(relax.op.equal(idx, relax.const(targets, "int64")))
+    off = bb.normalize(relax.op.take(values, relax.const(0, "int64"), axis=0))
+    on = bb.normalize(relax.op.take(values, relax.const(1, "int64"), axis=0))
+    return relax.op.where(hit, on, off)
+
+
+@converter("OneHot", since=9)
+def one_hot_9(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    return _one_hot(ctx, inputs, attrs, wrap_negative=False)
+
+
+@converter("OneHot", since=11)
+def one_hot_11(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    return _one_hot(ctx, inputs, attrs, wrap_negative=True)
+
+
+# --------------------------------------------------------------------------- CenterCropPad
+
+
+@converter("CenterCropPad", since=18)
+def center_crop_pad(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    x = inputs[0]
+    rank = x.ty.ndim
+    shape = _dims(x)
+    axes_attr = attrs.get("axes", None)
+    axes = list(range(rank)) if axes_attr is None else _norm_axes(ctx, axes_attr, rank, "axes")
+    target = const_value(ctx, inputs[1], "shape")
+    target = np.zeros(0, np.int64) if target is None else target.astype(np.int64).reshape(-1)
+    if target.size != len(axes):
+        raise ctx.error(f"input 'shape' has {target.size} values, expected {len(axes)}")
+    if (target < 0).any():
+        raise ctx.error(f"input 'shape' must be non-negative, got {target.tolist()}")
+    widths = [(0, 0)] * rank
+    for a, t in zip(axes, target.tolist()):
+        diff = t - shape[a]  # > 0: pad (extra on the end), < 0: crop (extra removed from the end)
+        if diff >= 0:
+            widths[a] = (diff // 2, diff - diff // 2)
+        else:
+            cut = -diff
+            widths[a] = (-(cut // 2), -(cut - cut // 2))
+    return pad_tensor(ctx, x, widths, "constant", scalar(0, str(x.ty.dtype)))
