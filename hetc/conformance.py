@@ -234,9 +234,9 @@ def run_test(test_dir: Path, runner: str = "hetc") -> Result:
 
 
 def _is_config(value: np.ndarray) -> bool:
-    """Integer scalars/vectors (axes, pads, shapes, k, repeats) and short float vectors
-    (Resize scales, roi): inputs that configure an op rather than carry data."""
-    return (value.dtype.kind in "iu" and value.ndim <= 1) or (
+    """Scalars (depth, k, frame_step), integer vectors (axes, pads, shapes, repeats) and short
+    float vectors (Resize scales, roi): inputs that configure an op rather than carry data."""
+    return value.ndim == 0 or (value.dtype.kind in "iu" and value.ndim == 1) or (
         value.dtype.kind == "f" and value.ndim == 1 and value.size <= 8)
 
 
