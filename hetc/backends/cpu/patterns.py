@@ -8,7 +8,10 @@ from functools import cache
 from ...graph import OpNode
 
 DTYPES = frozenset({"bfloat16", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                    "uint8", "uint16", "uint32", "uint64", "bool"})
+                    "uint8", "uint16", "uint32", "uint64", "bool",
+                    # float8: hetc's Cast/CastLike (frontends/onnx/ops/cast.py) convert them exactly
+                    # (bit patterns in TE); TVM's own relax.astype to/from them is wrong, do not emit it
+                    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"})
 
 # Ops the Relax VM executes itself instead of through legalized TIR.
 _VM_BUILTINS = frozenset({"relax.shape_of", "relax.null_value", "relax.call_tir", "relax.call_tir_inplace",
