@@ -11,10 +11,12 @@ whole suite in parallel worker processes.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import time
 import warnings
 from dataclasses import dataclass
+from multiprocessing.connection import wait
 from pathlib import Path
 
 import ml_dtypes
@@ -300,3 +302,91 @@ def _ort_runner(test_dir: Path):
 
     session = ort.InferenceSession(str(test_dir / "model.onnx"), providers=["CPUExecutionProvider"])
     return lambda inputs: session.run(None, inputs)
+
+
+# --- running many tests in worker processes ---------------------------------------------
+
+def _worker(conn, runner: str) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    while True:
+        try:
+            test = conn.recv()
+        except EOFError:
+            return
+        if test is None:
+            return
+        conn.send(run_test(Path(test), runner))
+
+
+class _Slot:
+    """One worker process and the test it is running."""
+
+    def __init__(self, ctx, runner: str) -> None:
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child, runner), daemon=True)
+        self.proc.start()
+        child.close()
+        self.test: Path | None = None
+        self.started = 0.0
+
+    def submit(self, test: Path) -> None:
+        self.test, self.started = test, time.perf_counter()
+        self.conn.send(str(test))
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join()
+        self.conn.close()
+
+
+def run_suite(tests: list[Path], runner: str, jobs: int, timeout: float, progress=None) -> list[Result]:
+    ctx = mp.get_context("spawn")  # a fresh interpreter: no TVM state inherited across forks
+    pending = list(reversed(tests))
+    slots = [_Slot(ctx, runner) for _ in range(min(jobs, len(tests)))]
+    results: list[Result] = []
+
+    def failed(slot: _Slot, outcome: str, error: str) -> Result:
+        return Result(slot.test.name, main_op(slot.test), outcome, error,
+                      round(time.perf_counter() - slot.started, 3))
+
+    for slot in slots:
+        slot.submit(pending.pop())
+    while any(s.test is not None for s in slots):
+        busy = [s for s in slots if s.test is not None]
+        ready = wait([s.conn for s in busy], timeout=1.0)
+        now = time.perf_counter()
+        for i, slot in enumerate(slots):
+            if slot.test is None:
+                continue
+            result = None
+            if slot.conn in ready:
+                try:
+                    result = slot.conn.recv()
+                except (EOFError, OSError):
+                    slot.proc.join()
+                    result = failed(slot, "crash", f"worker died (exit code {slot.proc.exitcode})")
+                    slots[i] = slot = _replace(slot, ctx, runner)
+            elif now - slot.started > timeout:
+                result = failed(slot, "timeout", f"no result after {timeout:g} s")
+                slots[i] = slot = _replace(slot, ctx, runner)
+            if result is None:
+                continue
+            results.append(result)
+            if progress:
+                progress(result, len(results), len(tests))
+            slot.test = None
+            if pending:
+                slot.submit(pending.pop())
+    for slot in slots:
+        slot.conn.send(None)
+        slot.proc.join(timeout=5)
+        if slot.proc.is_alive():
+            slot.kill()
+    return sorted(results, key=lambda r: r.test)
+
+
+def _replace(slot: _Slot, ctx, runner: str) -> _Slot:
+    slot.kill()
+    return _Slot(ctx, runner)

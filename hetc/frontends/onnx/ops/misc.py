@@ -215,8 +215,8 @@ def det(ctx: ConvertContext, inputs: list, attrs: Attrs):
     elif n == 2:
         y = sub(mul(e(0, 0), e(1, 1)), mul(e(0, 1), e(1, 0)))
     else:
-        def minor(i, j, k, l):
-            return sub(mul(e(1, i), e(2, j)), mul(e(1, k), e(2, l)))
+        def minor(i, j, k, m):
+            return sub(mul(e(1, i), e(2, j)), mul(e(1, k), e(2, m)))
         y = add(sub(mul(e(0, 0), minor(1, 2, 2, 1)), mul(e(0, 1), minor(0, 2, 2, 0))),
                 mul(e(0, 2), minor(0, 1, 1, 0)))
     return relax.op.astype(y, dtype) if cdtype != dtype else y
