@@ -83,7 +83,8 @@ def write_baseline(results: list[Result], path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runner", choices=["hetc", "onnxruntime", "both"], default="hetc")
+    parser.add_argument("--runner", choices=["hetc", "onnxruntime", "tvm", "both", "all"], default="hetc",
+                        help="both: hetc and onnxruntime; all: also TVM's own from_onnx + tvm.compile")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per test")
     parser.add_argument("--filter", help="only tests whose name matches this regex")
@@ -100,7 +101,7 @@ def main() -> int:
     tests = conformance.list_tests(root)
     if args.filter:
         tests = [t for t in tests if re.search(args.filter, t.name)]
-    runners = ["hetc", "onnxruntime"] if args.runner == "both" else [args.runner]
+    runners = {"both": ["hetc", "onnxruntime"], "all": ["hetc", "onnxruntime", "tvm"]}.get(args.runner, [args.runner])
     by_runner = {}
     for runner in runners:
         start = time.perf_counter()

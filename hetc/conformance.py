@@ -222,8 +222,9 @@ def run_test(test_dir: Path, runner: str = "hetc") -> Result:
     if data_sets is None:
         return result("unsupported-io", "a graph input or output is not a tensor")
     if runner != "hetc":
+        make = {"onnxruntime": _ort_runner, "tvm": _tvm_runner}[runner]
         try:
-            return _check(_ort_runner(test_dir), data_sets, result)
+            return _check(make(test_dir, data_sets), data_sets, result)
         except Exception as err:
             return result("load-error", _first_line(err))
     first = _check_hetc(test_dir, data_sets, result, ())
@@ -297,7 +298,30 @@ def _hetc_runner(test_dir: Path, data_sets, frozen: tuple[str, ...] = ()):
     return run
 
 
-def _ort_runner(test_dir: Path):
+def _tvm_runner(test_dir: Path, data_sets):
+    """TVM's own path, for comparison: ``from_onnx`` with the data's shapes, ``tvm.compile``."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    model = onnx.load(test_dir / "model.onnx")
+    shapes = {k: list(v.shape) for k, v in data_sets[0][0].items()} if data_sets else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod = from_onnx(model, shape_dict=shapes, keep_params_in_input=False)
+    vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+
+    def flatten(value):
+        if isinstance(value, tvm.runtime.Tensor):
+            return [value.numpy()]
+        if isinstance(value, tvm.runtime.ShapeTuple):
+            return [np.array(list(value), np.int64)]
+        return [a for item in value for a in flatten(item)]
+
+    return lambda inputs: flatten(vm["main"](*[tvm.runtime.tensor(v) for v in inputs.values()]))
+
+
+def _ort_runner(test_dir: Path, data_sets=None):
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(test_dir / "model.onnx"), providers=["CPUExecutionProvider"])

@@ -189,3 +189,16 @@ def test_shape_output_is_an_int64_tensor():
     np.testing.assert_array_equal(got["s"], np.array([2, 3, 4], np.int64))
     np.testing.assert_array_equal(got["t"], np.array([3, 4], np.int64))
     assert got["s"].dtype == np.int64
+
+
+def test_data_dependent_output_shape(tmp_path):
+    """Unique's output length depends on the values: the manifest records None for that dim."""
+    node = helper.make_node("Unique", ["x"], ["y"], sorted=1)
+    model = make([node], [tensor("x", (6,))], [tensor("y", ("n",))], opset=17)
+    compiled = hetc.compile(model)
+    assert compiled.manifest.outputs[0].shape == (None,)
+    x = np.array([3, 1, 3, 2, 1, 3], np.float32)
+    np.testing.assert_array_equal(compiled.run({"x": x})["y"], ort_run(model, {"x": x})[0])
+    reloaded = hetc.load(compiled.save(tmp_path / "u"))
+    assert reloaded.manifest.outputs[0].shape == (None,)
+    np.testing.assert_array_equal(reloaded.run({"x": x})["y"], [1, 2, 3])

@@ -91,10 +91,10 @@ def test_unsupported_attributes_are_clear_errors():
                             kv_num_heads=2, update_rule="mamba")
     model = _model(node, [tensor(n, (1, 2, 8)) for n in "qkv"],
                    [tensor("y", (1, 2, 8)), tensor("s", (1, 2, 4, 4))])
-    # ONNX's shape inference already rejects it, before conversion
-    with pytest.raises(HetcError, match=r"LinearAttention.*update_rule must be one of"):
+    # a clear error naming the op and attribute (the converter's, or ONNX shape inference's)
+    with pytest.raises(HetcError, match=r"LinearAttention.*update_rule"):
         hetc.compile(model)
     node = helper.make_node("CausalConvWithState", ["x", "w"], ["y", "s"], activation="gelu")
     model = _model(node, [tensor("x", (1, 2, 4)), tensor("w", (2, 1, 2))], [tensor("y", (1, 2, 4)), tensor("s", (1, 2, 1))])
-    with pytest.raises(HetcError, match=r"CausalConvWithState.*unsupported activation value 'gelu'"):
+    with pytest.raises(HetcError, match=r"CausalConvWithState.*activation.*gelu"):
         hetc.compile(model)

@@ -8,6 +8,7 @@ every input dim must be static once ``input_shapes`` are bound.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,14 +26,16 @@ from . import registry
 from .fold import fold_shape_computations
 
 ModelSource = str | os.PathLike | onnx.ModelProto
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A graph input or output: name, static shape, numpy dtype name."""
+    """A graph input or output: name, shape, numpy dtype name. Inputs are always static; an
+    output dim whose size depends on the data (Unique, NonZero) is None."""
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int | None, ...]
     dtype: str
 
     def to_json(self) -> dict:
@@ -40,7 +43,8 @@ class TensorSpec:
 
     @classmethod
     def from_json(cls, data: Mapping) -> TensorSpec:
-        return cls(str(data["name"]), tuple(int(d) for d in data["shape"]), str(data["dtype"]))
+        return cls(str(data["name"]), tuple(None if d is None else int(d) for d in data["shape"]),
+                   str(data["dtype"]))
 
 
 @dataclass
@@ -229,11 +233,28 @@ def _bind_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], la
                                  f"--input-shape {name}=D0,D1,... (API: input_shapes=)")
 
 
-def _spec(value: onnx.ValueInfoProto, label: str) -> TensorSpec:
+def _output_spec(value: onnx.ValueInfoProto, label: str) -> TensorSpec:
+    if not value.type.tensor_type.HasField("shape"):
+        raise ShapeError(f"{label}: the rank of output '{value.name}' could not be inferred")
     dims = value.type.tensor_type.shape.dim
-    if not value.type.tensor_type.HasField("shape") or any(not d.HasField("dim_value") for d in dims):
-        raise ShapeError(f"{label}: shape of output '{value.name}' could not be inferred statically")
-    return TensorSpec(value.name, tuple(int(d.dim_value) for d in dims), _dtype(value, label))
+    return TensorSpec(value.name, tuple(int(d.dim_value) if d.HasField("dim_value") else None for d in dims),
+                      _dtype(value, label))
+
+
+def _infer_shapes(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """Strict shape inference; where ONNX's inference of some op is incomplete (it raised, but
+    the graph is valid), fall back to the lenient mode and let conversion decide."""
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as strict:
+        try:
+            lenient = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=False,
+                                                        data_prop=True)
+        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as err:
+            raise ShapeError(f"{label}: shape inference failed: {_first_line(err)}") from err
+        log.debug("%s: strict shape inference failed (%s); using lenient inference", label,
+                  _first_line(strict))
+        return lenient
 
 
 def read_model(source: ModelSource, base_dir: str | os.PathLike | None = None) -> tuple[onnx.ModelProto, str]:
@@ -290,14 +311,10 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     except (onnx.checker.ValidationError, ValueError) as err:
         raise ModelLoadError(f"{label}: invalid ONNX model: {_first_line(err)}") from err
     _bind_shapes(model, input_shapes or {}, label)
-    try:
-        model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
-                                                  data_prop=True)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as err:
-        raise ShapeError(f"{label}: shape inference failed: {_first_line(err)}") from err
+    model = _infer_shapes(model, label)
     fold_shape_computations(model, model_opset(model))
     inits = {t.name for t in model.graph.initializer}
     inputs = [TensorSpec(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim), _dtype(v, label))
               for v in model.graph.input if v.name not in inits]
-    outputs = [_spec(v, label) for v in model.graph.output]
+    outputs = [_output_spec(v, label) for v in model.graph.output]
     return LoadedModel(model, label, model_opset(model), inputs, outputs)
