@@ -364,28 +364,9 @@ def _resize(ctx: ConvertContext, inputs: list, attrs: Attrs):
     return resample(ctx, x, plan, out_shape, extrapolation_value)
 
 
+# One entry: the opset-specific differences (10, 11, 13, 18, 19) are handled inside, from ctx.opset.
 @converter("Resize", since=10)
-def resize_10(ctx: ConvertContext, inputs: list, attrs: Attrs):
-    return _resize(ctx, inputs, attrs)
-
-
-@converter("Resize", since=11)
-def resize_11(ctx: ConvertContext, inputs: list, attrs: Attrs):
-    return _resize(ctx, inputs, attrs)
-
-
-@converter("Resize", since=13)
-def resize_13(ctx: ConvertContext, inputs: list, attrs: Attrs):
-    return _resize(ctx, inputs, attrs)
-
-
-@converter("Resize", since=18)
-def resize_18(ctx: ConvertContext, inputs: list, attrs: Attrs):
-    return _resize(ctx, inputs, attrs)
-
-
-@converter("Resize", since=19)
-def resize_19(ctx: ConvertContext, inputs: list, attrs: Attrs):
+def resize_converter(ctx: ConvertContext, inputs: list, attrs: Attrs):
     return _resize(ctx, inputs, attrs)
 
 

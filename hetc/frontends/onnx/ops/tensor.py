@@ -141,28 +141,9 @@ def _pad(ctx: ConvertContext, inputs: list, attrs: Attrs):
     return pad_tensor(ctx, x, widths, mode, value)
 
 
+# One entry: the opset-specific differences (2, 11, 13, 18, 19) are handled inside, from ctx.opset.
 @converter("Pad", since=2)
-def pad_2(ctx: ConvertContext, inputs: list, attrs: Attrs):
-    return _pad(ctx, inputs, attrs)
-
-
-@converter("Pad", since=11)
-def pad_11(ctx: ConvertContext, inputs: list, attrs: Attrs):
-    return _pad(ctx, inputs, attrs)
-
-
-@converter("Pad", since=13)
-def pad_13(ctx: ConvertContext, inputs: list, attrs: Attrs):
-    return _pad(ctx, inputs, attrs)
-
-
-@converter("Pad", since=18)
-def pad_18(ctx: ConvertContext, inputs: list, attrs: Attrs):
-    return _pad(ctx, inputs, attrs)
-
-
-@converter("Pad", since=19)
-def pad_19(ctx: ConvertContext, inputs: list, attrs: Attrs):
+def pad_converter(ctx: ConvertContext, inputs: list, attrs: Attrs):
     return _pad(ctx, inputs, attrs)
 
 
