@@ -197,14 +197,19 @@ def _dtype(value: onnx.ValueInfoProto, label: str) -> str:
                              f"{value.type.tensor_type.elem_type}") from err
 
 
-def _bind_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], label: str) -> None:
+def graph_inputs(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """The inputs the caller feeds: graph inputs that are not initializers (IR < 4 lists both)."""
     inits = {t.name for t in model.graph.initializer}
-    graph_inputs = {v.name: v for v in model.graph.input if v.name not in inits}
-    unknown = sorted(set(shapes) - set(graph_inputs))
+    return {v.name: v for v in model.graph.input if v.name not in inits}
+
+
+def _bind_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], label: str) -> None:
+    feeds = graph_inputs(model)
+    unknown = sorted(set(shapes) - set(feeds))
     if unknown:
         raise UsageError(f"--input-shape names unknown input(s) {', '.join(unknown)}; "
-                         f"the model's inputs are {', '.join(graph_inputs)}")
-    for name, value in graph_inputs.items():
+                         f"the model's inputs are {', '.join(feeds)}")
+    for name, value in feeds.items():
         tensor_type = value.type.tensor_type
         if name in shapes:
             wanted = [int(d) for d in shapes[name]]
@@ -273,20 +278,19 @@ def freeze_inputs(model: onnx.ModelProto, values: Mapping[str, np.ndarray], labe
     compiler needs their values, as exporters normally store them. The compiled model no
     longer takes these inputs.
     """
-    inits = {t.name for t in model.graph.initializer}
-    graph_inputs = {v.name: v for v in model.graph.input if v.name not in inits}
-    unknown = sorted(set(values) - set(graph_inputs))
+    feeds = graph_inputs(model)
+    unknown = sorted(set(values) - set(feeds))
     if unknown:
         raise UsageError(f"constant input(s) {', '.join(unknown)} are not inputs of the model; "
-                         f"its inputs are {', '.join(graph_inputs)}")
+                         f"its inputs are {', '.join(feeds)}")
     for name, value in values.items():
         array = np.asarray(value)
-        dtype = _dtype(graph_inputs[name], label)
+        dtype = _dtype(feeds[name], label)
         if array.dtype.name != dtype:
             raise UsageError(f"constant input '{name}' has dtype {array.dtype.name}, the model "
                              f"declares {dtype}")
-        dims = graph_inputs[name].type.tensor_type.shape.dim
-        if graph_inputs[name].type.tensor_type.HasField("shape") and (
+        dims = feeds[name].type.tensor_type.shape.dim
+        if feeds[name].type.tensor_type.HasField("shape") and (
                 len(dims) != array.ndim or any(d.HasField("dim_value") and d.dim_value != s
                                                for d, s in zip(dims, array.shape))):
             raise UsageError(f"constant input '{name}' has shape {list(array.shape)}, which the "
@@ -313,8 +317,7 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     _bind_shapes(model, input_shapes or {}, label)
     model = _infer_shapes(model, label)
     fold_shape_computations(model, model_opset(model))
-    inits = {t.name for t in model.graph.initializer}
     inputs = [TensorSpec(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim), _dtype(v, label))
-              for v in model.graph.input if v.name not in inits]
+              for v in graph_inputs(model).values()]
     outputs = [_output_spec(v, label) for v in model.graph.output]
     return LoadedModel(model, label, model_opset(model), inputs, outputs)

@@ -233,15 +233,8 @@ def _cast_attrs(attrs: Attrs, opset: int) -> tuple[bool, str]:
     return saturate, round_mode
 
 
+# One entry: what changed across opsets 1-25 (saturate, round_mode, types) is read from ctx.opset.
 @converter("Cast", since=1)
-@converter("Cast", since=6)
-@converter("Cast", since=9)
-@converter("Cast", since=13)
-@converter("Cast", since=19)
-@converter("Cast", since=21)
-@converter("Cast", since=23)
-@converter("Cast", since=24)
-@converter("Cast", since=25)
 def cast(ctx: ConvertContext, inputs: list, attrs: Attrs):
     if "to" not in attrs.values:
         raise ctx.error("attribute 'to' is required")
@@ -250,12 +243,8 @@ def cast(ctx: ConvertContext, inputs: list, attrs: Attrs):
     return cast_to(ctx, inputs[0], to, saturate, round_mode)
 
 
+# One entry, as for Cast.
 @converter("CastLike", since=15)
-@converter("CastLike", since=19)
-@converter("CastLike", since=21)
-@converter("CastLike", since=23)
-@converter("CastLike", since=24)
-@converter("CastLike", since=25)
 def cast_like(ctx: ConvertContext, inputs: list, attrs: Attrs):
     to = str(inputs[1].ty.dtype)
     if to not in _ORDINARY and to not in _NARROW:

@@ -408,17 +408,23 @@ def _requantize(ctx: ConvertContext, acc: relax.Expr, mult: relax.Expr, y_zp: re
     return relax.op.astype(relax.op.clip(y, lo, hi), out)
 
 
+def _qlinear_operands(ctx: ConvertContext, lhs, lhs_scale, rhs, rhs_scale, y_scale, y_zp) -> str:
+    """Check the required inputs and 8-bit operands of QLinearMatMul/QLinearConv; the output dtype."""
+    for name, v in (lhs, lhs_scale, rhs, rhs_scale, y_scale):
+        if v is None:
+            raise ctx.error(f"input {name} is required")
+    _int8ish(ctx, lhs[1], lhs[0])
+    _int8ish(ctx, rhs[1], rhs[0])
+    out = _dt(y_zp) if y_zp is not None else _dt(lhs[1])
+    if out not in ("int8", "uint8"):
+        raise ctx.error(f"input y_zero_point has dtype {out}; int8 or uint8 expected")
+    return out
+
+
 def _qlinear_matmul(ctx: ConvertContext, inputs: list, attrs: Attrs):
     inputs = list(inputs) + [None] * (8 - len(inputs))
     a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = inputs[:8]
-    for name, v in (("a", a), ("a_scale", a_s), ("b", b), ("b_scale", b_s), ("y_scale", y_s)):
-        if v is None:
-            raise ctx.error(f"input {name} is required")
-    _int8ish(ctx, a, "a")
-    _int8ish(ctx, b, "b")
-    out = _dt(y_zp) if y_zp is not None else _dt(a)
-    if out not in ("int8", "uint8"):
-        raise ctx.error(f"input y_zero_point has dtype {out}; int8 or uint8 expected")
+    out = _qlinear_operands(ctx, ("a", a), ("a_scale", a_s), ("b", b), ("b_scale", b_s), ("y_scale", y_s), y_zp)
     a_dims, b_dims = _static(ctx, a, "a"), _static(ctx, b, "b")
     if len(a_dims) < 2 or len(b_dims) < 2:
         raise ctx.error("inputs a and b must have rank >= 2")
@@ -493,14 +499,7 @@ def _conv_int32(ctx: ConvertContext, x: relax.Expr, w: relax.Expr, x_dims: list[
 def qlinear_conv(ctx: ConvertContext, inputs: list, attrs: Attrs):
     inputs = list(inputs) + [None] * (9 - len(inputs))
     x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias = inputs[:9]
-    for name, v in (("x", x), ("x_scale", x_s), ("w", w), ("w_scale", w_s), ("y_scale", y_s)):
-        if v is None:
-            raise ctx.error(f"input {name} is required")
-    _int8ish(ctx, x, "x")
-    _int8ish(ctx, w, "w")
-    out = _dt(y_zp) if y_zp is not None else _dt(x)
-    if out not in ("int8", "uint8"):
-        raise ctx.error(f"input y_zero_point has dtype {out}; int8 or uint8 expected")
+    out = _qlinear_operands(ctx, ("x", x), ("x_scale", x_s), ("w", w), ("w_scale", w_s), ("y_scale", y_s), y_zp)
     x_dims, w_dims = _static(ctx, x, "x"), _static(ctx, w, "w")
     m, nd = w_dims[0], len(w_dims) - 2
 
