@@ -54,6 +54,18 @@ def _graph_summary(graph: OpGraph) -> dict:
             "param_bytes": graph.param_bytes, "ops": dict(graph.histogram().most_common())}
 
 
+def _kernel_schedules(mod: tvm.IRModule) -> dict[str, str]:
+    """Each kernel's schedule: a default rule's name, "tuned" (a database record) or "none"."""
+    result = {}
+    for gv, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            attrs = func.attrs or {}
+            rule = attrs.get("hetc.schedule_rule")
+            result[gv.name_hint] = str(rule) if rule is not None else (
+                "tuned" if attrs.get("tir.is_scheduled") else "none")
+    return dict(sorted(result.items()))
+
+
 def compile(  # noqa: A001 (the API's name is the verb users expect)
     model: ModelSource,
     target: str | Sequence[str] = "cpu",
@@ -63,16 +75,20 @@ def compile(  # noqa: A001 (the API's name is the verb users expect)
     num_threads: int = 0,
     base_dir: str | os.PathLike | None = None,
     constant_inputs: Mapping[str, np.ndarray] | None = None,
+    database: str | os.PathLike | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model (path or ``ModelProto``) for ``target``.
 
     ``input_shapes`` binds dynamic input dims; ``layout="NHWC"`` converts conv layouts;
     ``base_dir`` locates external data for a ``ModelProto``; ``constant_inputs`` freezes graph
     inputs to the given values (for inputs that decide output shapes: axes, pads, shapes).
+    ``database`` is a tuning database written by ``hetc.tune``: tuned kernels replace the
+    default schedules for the tasks it has records for.
     """
     targets = parse_targets(target)
     options = CompileOptions(tuple(t.name for t in targets),
-                             {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout, num_threads)
+                             {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout, num_threads,
+                             None if database is None else str(database))
     tgt = _single_target(targets)
     with filtered_stderr():
         return _compile(model, tgt, targets, options, base_dir, constant_inputs)
@@ -91,6 +107,7 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
     start = time.perf_counter()
     mod, stage_reports = run_pipeline(mod, tgt.backend.stages(options))
     times["passes"] = time.perf_counter() - start
+    kernels = _kernel_schedules(mod)
     start = time.perf_counter()
     executable = tgt.backend.build(mod, options)
     times["codegen"] = time.perf_counter() - start
@@ -108,6 +125,7 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
         "constant_inputs": sorted(constant_inputs or {}),
         "onnx_ops": dict(op_histogram(loaded.proto).most_common()),
         "graph": _graph_summary(graph), "stages": [r.to_json() for r in stage_reports],
+        "kernels": kernels,
         "seconds": times,
     }
     plan = {"solver": "single-target", "parts": {"main": tgt.name},

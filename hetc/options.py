@@ -7,19 +7,20 @@ from dataclasses import dataclass, field
 
 from .errors import UsageError
 
-LAYOUTS = (None, "NHWC")
+LAYOUTS = (None, "NHWC", "NCHW")
 
 
 @dataclass(frozen=True)
 class CompileOptions:
     targets: tuple[str, ...] = ("cpu",)  # target names, validated against the registry
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # binds dynamic dims
-    layout: str | None = None  # conv layout to convert to; None keeps the model's NCHW
+    layout: str | None = None  # conv layout to convert to; None = the target's preferred layout
     num_threads: int = 0  # CPU worker threads; 0 = all cores of this machine
+    database: str | None = None  # tuning database directory (hetc tune); None = default schedules
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
-            raise UsageError(f"invalid layout {self.layout!r}; choose NHWC or leave it unset")
+            raise UsageError(f"invalid layout {self.layout!r}; choose NHWC or NCHW, or leave it unset")
         if self.num_threads < 0:
             raise UsageError(f"num_threads must be >= 0, got {self.num_threads}")
 

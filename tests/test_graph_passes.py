@@ -1,4 +1,4 @@
-"""OpGraph numbers, CPU support checks, the pass pipeline and the CPU parallelize schedule."""
+"""OpGraph numbers, CPU support checks, the pass pipeline and the CPU default schedules."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from onnx_util import make, tensor
 from tvm import relax
 
 from hetc.backends.cpu import patterns
-from hetc.backends.cpu.pipeline import parallelize
+from hetc.backends.cpu.schedules import default_schedule_pass
 from hetc.frontends.onnx import load_model, to_relax
 from hetc.graph import OpNode, TensorInfo, build_opgraph
 from hetc.options import CompileOptions
@@ -103,7 +103,14 @@ def _has_parallel_loop(func) -> bool:
     return "T.parallel" in func.script()
 
 
-def test_parallelize_marks_spatial_loops_parallel_and_keeps_numbers():
+def _scheduled(mod):
+    from hetc.backends.cpu.codegen import llvm_target
+    from hetc.options import CompileOptions
+
+    return default_schedule_pass(llvm_target(CompileOptions(num_threads=2)))(mod)
+
+
+def test_default_schedules_mark_kernels_parallel_and_keep_numbers():
     a = relax.Var("a", relax.TensorType((128, 64), "float32"))
     b = relax.Var("b", relax.TensorType((64, 64), "float32"))
     bb = relax.BlockBuilder()
@@ -113,9 +120,9 @@ def test_parallelize_marks_spatial_loops_parallel_and_keeps_numbers():
     mod = relax.transform.LegalizeOps()(bb.get())
     funcs = {gv: f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
     assert funcs and not any(_has_parallel_loop(f) for f in funcs.values())
-    for gv, func in funcs.items():
-        mod[gv] = parallelize(func)
-        assert _has_parallel_loop(mod[gv])
+    mod = _scheduled(mod)
+    for gv in funcs:
+        assert _has_parallel_loop(mod[gv]) and mod[gv].attrs["tir.is_scheduled"]
     rng = np.random.default_rng(0)
     av, bv = rng.normal(size=(128, 64)).astype(np.float32), rng.normal(size=(64, 64)).astype(np.float32)
     vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
@@ -123,12 +130,12 @@ def test_parallelize_marks_spatial_loops_parallel_and_keeps_numbers():
     assert_close(out, (av @ bv).sum(axis=1))
 
 
-def test_parallelize_leaves_small_kernels_serial():
+def test_default_schedules_leave_small_elementwise_kernels_serial():
     x = relax.Var("x", relax.TensorType((4, 10), "float32"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
-        bb.emit_func_output(bb.emit(relax.op.nn.softmax(x)))
-    mod = relax.transform.LegalizeOps()(bb.get())
+        bb.emit_func_output(bb.emit(relax.op.nn.relu(x)))
+    mod = _scheduled(relax.transform.LegalizeOps()(bb.get()))
     funcs = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
-    assert funcs and not any(_has_parallel_loop(parallelize(f)) for f in funcs)
-    assert all(_has_parallel_loop(parallelize(f, min_iterations=1)) for f in funcs)
+    assert funcs and not any(_has_parallel_loop(f) for f in funcs)
+    assert all(f.attrs["hetc.schedule_rule"] == "generic" for f in funcs)

@@ -8,10 +8,14 @@ backend's own ``pipeline.py``.
 
 from __future__ import annotations
 
+import logging
+
 import tvm
 from tvm import relax
 
 from .pipeline import Stage
+
+log = logging.getLogger(__name__)
 
 
 def inference_passes() -> list[Stage]:
@@ -34,17 +38,34 @@ def simplify_passes() -> list[Stage]:
 
 
 def layout_passes(layout: str | None) -> list[Stage]:
-    """Convert conv layouts (opt-in per target; ``None`` keeps ONNX's NCHW)."""
-    if layout is None:
+    """Convert conv layouts (each target picks its default; ``None`` or "NCHW" keeps ONNX's NCHW)."""
+    if layout in (None, "NCHW"):
         return []
     # Only conv2d is named; ConvertLayout carries the layout through pools and elementwise ops.
     desired = {"NHWC": {"relax.nn.conv2d": ["NHWC", "OHWI"]}}[layout]
     return [
         Stage("convert_layout", f"convert conv/pool layouts to {layout}",
-              lambda: relax.transform.ConvertLayout(desired)),
+              lambda: _convert_conv_layout(desired)),
         Stage("fold_layout_constants", "fold the weight transposes the layout change added",
               relax.transform.FoldConstant),
     ]
+
+
+def _convert_conv_layout(desired: dict) -> tvm.transform.Pass:
+    """ConvertLayout for modules with a conv2d; a module it cannot convert (an op whose layout
+    it cannot infer next to a converted one) keeps its layout rather than failing the build."""
+
+    @tvm.transform.module_pass(opt_level=0, name="HetcConvertConvLayout")
+    def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        if "R.nn.conv2d(" not in mod.script(show_meta=False):
+            return mod
+        try:
+            return relax.transform.ConvertLayout(desired)(mod)
+        except (RuntimeError, ValueError) as err:  # TVM's check failures
+            log.warning("layout conversion skipped: %s", str(err).strip().splitlines()[-1])
+            return mod
+
+    return apply
 
 
 def legalize_passes() -> list[Stage]:

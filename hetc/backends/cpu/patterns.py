@@ -30,7 +30,7 @@ def _legalizable(op_name: str) -> bool:
     try:
         op = tvm.ir.Op.get(op_name)
         return op.get_attr("FLegalize") is not None or op.get_attr("FCallPacked") is not None
-    except (ValueError, tvm.error.TVMError, AttributeError):
+    except (ValueError, RuntimeError, AttributeError):
         return False
 
 

@@ -1,4 +1,4 @@
-"""Elementwise math: Pow.
+"""Elementwise math: Pow, Clip.
 
 ONNX's Pow lets base and exponent differ in type (T, T1) and returns the base's type; TVM's
 converter requires one dtype, and TVM's power takes floats only. A float base takes the
@@ -7,6 +7,7 @@ exponent cast to its type; an integer base is raised in float64 and truncated ba
 
 from __future__ import annotations
 
+import numpy as np
 from tvm import relax
 
 from ..registry import Attrs, ConvertContext, converter
@@ -21,3 +22,25 @@ def power(ctx: ConvertContext, inputs: list, attrs: Attrs):
     # TVM's power is float-only: integer bases go through float64 (exact up to 2**53).
     wide = relax.op.power(relax.op.astype(base, "float64"), relax.op.astype(exponent, "float64"))
     return relax.op.astype(wide, base_dtype)
+
+
+@converter("Clip", since=6)
+def clip_attrs(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    """Clip-6: bounds are attributes (float inputs only)."""
+    (x,) = inputs[:1]
+    dtype = str(x.ty.dtype)
+    low = relax.const(np.array(attrs.get("min", float(np.finfo(np.float32).min)), dtype))
+    high = relax.const(np.array(attrs.get("max", float(np.finfo(np.float32).max)), dtype))
+    return relax.op.minimum(relax.op.maximum(x, low), high)
+
+
+@converter("Clip", since=11)
+def clip(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    """Clip-11+: optional bound inputs, emitted as maximum/minimum (not TVM's opaque call_tir)
+    so that layout conversion and fusion see through it (ReLU6 between NHWC convs)."""
+    x, low, high = (list(inputs) + [None, None])[:3]
+    if low is not None:
+        x = relax.op.maximum(x, low)
+    if high is not None:
+        x = relax.op.minimum(x, high)
+    return x

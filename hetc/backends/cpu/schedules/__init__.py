@@ -1,0 +1,98 @@
+"""Default CPU schedules: rule-based, no search (the CPU counterpart of TVM's GPU dlight).
+
+Every PrimFunc that no tuning record scheduled (``tir.is_scheduled``) is offered to the rules
+in ``RULES`` in order; the first that accepts it schedules it, and the function is tagged
+``hetc.schedule_rule`` with the rule's name (tests and reports read it).
+
+To add a rule, write ``apply(sch, block_infos, lanes) -> bool`` in a module of this package,
+wrap it in a ``Rule`` and insert it in ``RULES`` before the more general rules it refines.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import tvm
+from tvm import relax, tirx
+from tvm.s_tir import ScheduleError
+
+from . import generic, gemm, reduction
+from .common import PREPROC, Rule
+
+log = logging.getLogger(__name__)
+
+RULES: list[Rule] = [gemm.RULE, reduction.RULE, generic.RULE]
+
+
+def simd_lanes(target: tvm.target.Target) -> int:
+    """float32 lanes of the widest vector unit LLVM may use on ``target``."""
+    for feature, lanes in (("avx512f", 16), ("avx", 8), ("neon", 4), ("sse2", 4)):
+        if tvm.target.codegen.target_has_features(feature, target):
+            return lanes
+    return 4
+
+
+def schedule_func(func: tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> tuple[tirx.PrimFunc, str | None]:
+    """Schedule one PrimFunc with the first rule that takes it."""
+    for rule in RULES:
+        try:
+            scheduled = rule.apply(func, target, lanes)
+            if scheduled is not None:
+                return scheduled.with_attr("hetc.schedule_rule", rule.name), rule.name
+        except (ScheduleError, RuntimeError, ValueError) as err:  # TVM raises these
+            log.debug("rule %s failed on %s: %s", rule.name, func.attrs.get("global_symbol"), err)
+    return func, None
+
+
+def _without_unused_layout_hint(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """Drop ``layout_free_buffers`` where no weight gets packed: SplitLayoutRewritePreproc
+    rejects some kernels that carry it (opaque scatter loops) even with nothing to split."""
+    if func.attrs and "layout_free_buffers" in func.attrs and PREPROC not in func.script():
+        return func.without_attr("layout_free_buffers")
+    return func
+
+
+def default_schedule_pass(target: tvm.target.Target) -> tvm.transform.Pass:
+    """Schedule every PrimFunc that has no schedule yet."""
+    lanes = simd_lanes(target)
+
+    @tvm.transform.module_pass(opt_level=0, name="HetcCPUDefaultSchedule")
+    def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        counts: Counter[str] = Counter()
+        updates = {}
+        for gv, func in mod.functions.items():
+            if not isinstance(func, tirx.PrimFunc):
+                continue
+            if not (func.attrs and func.attrs.get("tir.is_scheduled")):
+                func, name = schedule_func(func, target, lanes)
+                counts[name or "none"] += 1
+            updates[gv] = _without_unused_layout_hint(func).with_attr("tir.is_scheduled", True)
+        for gv, func in updates.items():
+            mod[gv] = func
+        log.info("default schedules: %s", dict(counts))
+        return mod
+
+    return apply
+
+
+def split_weight_packing_pass() -> tvm.transform.Pass:
+    """``SplitLayoutRewritePreproc`` applied to the kernels that pack a weight.
+
+    The TVM pass builds a schedule state for every PrimFunc and aborts on some it does not
+    need to touch (opaque scatter loops), so the others are set aside while it runs.
+    """
+
+    @tvm.transform.module_pass(opt_level=0, name="HetcSplitWeightPacking")
+    def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        aside = {gv: f for gv, f in mod.functions.items()
+                 if isinstance(f, tirx.PrimFunc) and PREPROC not in f.script()}
+        if len(aside) == sum(isinstance(f, tirx.PrimFunc) for f in mod.functions.values()):
+            return mod
+        work = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv not in aside}, attrs=mod.attrs)
+        work = relax.transform.SplitLayoutRewritePreproc()(work)
+        for gv, func in aside.items():
+            work[gv] = func
+        return work
+
+    return apply

@@ -1,0 +1,197 @@
+"""The contraction rule: dense, matmul, batch matmul, conv2d (any stride, 1x1, depthwise) and pooling.
+
+All of them are one reduction block ``C[s...] (+)= f(A[...], B[...])`` whose innermost output
+axis ``j`` is contiguous in every operand that depends on it (NHWC activations, weights packed
+at compile time). The schedule is the classic register-blocked micro-kernel:
+
+    parallel for (outer spatial axes, j_o):        # one output panel per task
+      for i_o:                                     # rows of the panel
+        acc[rows][vj] = 0                          # registers
+        for reduction axes (kh, kw, c / k):
+          for i_i in rows (unrolled):
+            for j_i in vj (unrolled x vectorized by the SIMD width):
+              acc[i_i][j_i] (+)= A[..i..] * B'[j_o][..k..][j_i]
+        epilogue (bias, residual, activation) on the tile, stored once
+
+Constant operands indexed by ``j`` are re-laid out to ``[j_o, ..., j_i]`` (a contiguous
+panel per task). The transform is a preprocessing block annotated
+``meta_schedule.layout_rewrite_preproc``: ``SplitLayoutRewritePreproc`` moves it out of the
+kernel and ``FoldConstant`` runs it at compile time, the same mechanism MetaSchedule's tuned
+records use.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+from tvm import tirx
+from tvm.s_tir import Schedule, ScheduleError
+from tvm.s_tir.dlight.analysis import SBlockInfo
+from tvm.target import Target
+
+from .common import PREPROC, Rule, func_layout_free, inline_chain, normalized, schedule_spatial, vectorize_tail
+
+log = logging.getLogger(__name__)
+
+MAX_ROWS = 14  # register-tile rows: unrolled, each a broadcast per reduction step
+
+
+@dataclass(frozen=True)
+class Tile:
+    rows: int  # register rows (i_i)
+    vj: int  # columns (j_i), a multiple of the vector width when possible
+
+
+def choose_tile(m: int, n: int, lanes: int, registers: int, inner: int = 1) -> Tile:
+    """Pick the register tile: most multiply-adds per load that fits the vector registers.
+
+    ``rows`` must divide ``m`` and ``vj`` divide ``n`` (no predicated tails in the micro-kernel);
+    the tile needs ``rows * vectors`` accumulators, ``vectors`` operand registers and one
+    broadcast register. ``m`` fuses several axes, the innermost of extent ``inner``: rows must
+    divide it or be a multiple of it, so that a tile is a box in the unfused axes.
+    """
+    best, best_score = Tile(1, 1), -1.0
+    vjs = [v for v in (4 * lanes, 3 * lanes, 2 * lanes, lanes) if n % v == 0] or \
+        [max(d for d in range(1, min(n, 2 * lanes) + 1) if n % d == 0)]
+    for vj in vjs:
+        vectors = -(-vj // lanes)
+        for rows in range(1, min(m, MAX_ROWS) + 1):
+            if m % rows or rows * vectors + vectors + 1 > registers or (inner % rows and rows % inner):
+                continue
+            score = rows * vectors / (rows + vectors)  # FMAs per load (broadcast + vector loads)
+            if score > best_score + 1e-9:
+                best, best_score = Tile(rows, vj), score
+    return best
+
+
+def _plain_index(indices, var: tirx.Var) -> int | None:
+    """Position of ``var`` in ``indices`` if it appears exactly as one index, else None."""
+    for pos, idx in enumerate(indices):
+        if isinstance(idx, tirx.Var) and idx.same_as(var):
+            return pos
+    return None
+
+
+def _uses(expr, var: tirx.Var) -> bool:
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
+
+
+def _panel_map(pos: int, vj: int):
+    """Index map ``[.., j, ..] -> [j // vj, .., j % vj]`` (j at ``pos``)."""
+
+    def index_map(*axes):
+        rest = [a for k, a in enumerate(axes) if k != pos]
+        return (axes[pos] // vj, *rest, axes[pos] % vj)
+
+    return index_map
+
+
+def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> tirx.PrimFunc | None:
+    sch, infos = normalized(func)
+    if infos is None or not _schedule(sch, infos, lanes):
+        return None
+    return sch.mod["main"]
+
+
+def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int) -> bool:
+    reductions = [b for b in infos if b.is_reduction()]
+    if len(reductions) != 1:
+        return False
+    main = reductions[0]
+    block = sch.get(main.block_rv)
+    spatial = [it for it in main.iters if it.kind == "S"]
+    reduce = [it for it in main.iters if it.kind == "R"]
+    if not spatial or not reduce or any(it.kind == "O" for it in main.iters):
+        return False
+    if not all(isinstance(it.dom, int) for it in main.iters):
+        return False
+    if [it.kind for it in main.iters] != ["S"] * len(spatial) + ["R"] * len(reduce):
+        return False
+    (write,) = block.writes
+    out_index = [r.min for r in write.region if not isinstance(r.min, tirx.IntImm)]  # unit dims dropped
+    if len(out_index) != len(spatial) or not all(
+            isinstance(e, tirx.Var) and e.same_as(it.var) for e, it in zip(out_index, spatial)):
+        return False
+    j, jvar = spatial[-1], spatial[-1].var
+    layout_free = func_layout_free(sch)
+    params = sch.mod["main"].params  # in 0.27 a PrimFunc's params are its buffers
+
+    def packable(buffer) -> bool:
+        return any(p.same_as(buffer) and pos in layout_free for pos, p in enumerate(params))
+
+    packs = []  # (read index, position of j in the operand)
+    shared = []  # index lists of operands loaded once per tile column and reused by every row
+    row_var = spatial[-2].var if len(spatial) > 1 else None
+    for idx, read in enumerate(block.reads):
+        indices = [r.min for r in read.region]
+        if not any(_uses(e, jvar) for e in indices):
+            continue
+        if row_var is None or not any(_uses(e, row_var) for e in indices):
+            shared.append(indices)
+        pos = _plain_index(indices, jvar)
+        if pos is not None and packable(read.source):
+            packs.append((idx, pos))
+        elif pos != len(indices) - 1:
+            return False  # j is strided in a runtime operand: not this rule
+    # Axes a shared operand depends on (batch of a batched matmul) stay outside the tile; the
+    # others are fused into one row axis M (n*oh*ow of a conv), the register tile's rows.
+    batch = [it for it in spatial[:-1] if any(_uses(e, it.var) for ind in shared for e in ind)]
+    rows_axes = [it for it in spatial[:-1] if it not in batch]
+    m = math.prod(it.dom for it in rows_axes)
+    tile = choose_tile(m, j.dom, lanes, 32 if lanes >= 16 else 16,
+                       rows_axes[-1].dom if rows_axes else 1)
+
+    # Weights: [.., j, ..] -> [j // vj, .., j % vj], done once at compile time.
+    for idx, pos in packs:
+        preproc = sch.cache_read(main.block_rv, idx, "global")
+        sch.annotate(preproc, PREPROC, True)
+        sch.transform_layout(main.block_rv, ("read", idx), _panel_map(pos, tile.vj))
+
+    # Producers: plain copies/reshapes are inlined; padding (a conditional) stays a separate pass.
+    for producer in reversed(infos[:infos.index(main)]):
+        if not _has_condition(sch.get(producer.block_rv).body):
+            try:
+                sch.compute_inline(producer.block_rv)
+                continue
+            except ScheduleError:
+                pass
+        schedule_spatial(sch, producer.block_rv, lanes)
+
+    loops = {it.var: loop for it, loop in zip(main.iters, sch.get_loops(main.block_rv)[-len(main.iters):])}
+    r_loops = [loops[it.var] for it in reduce]
+    jo, ji = sch.split(loops[jvar], [None, tile.vj])
+    tile_loops = [jo]
+    ii = None
+    if rows_axes:
+        mloop = sch.fuse(*[loops[it.var] for it in rows_axes]) if len(rows_axes) > 1 else loops[rows_axes[0].var]
+        io, ii = sch.split(mloop, [None, tile.rows])
+        tile_loops.append(io)
+    outer = [loops[it.var] for it in batch]
+    sch.reorder(*outer, *tile_loops, *r_loops, *([ii] if ii is not None else []), ji)
+
+    acc = sch.cache_write(main.block_rv, 0, "local")
+    epilogue = inline_chain(sch, acc, infos, main)
+    sch.reverse_compute_at(epilogue, tile_loops[-1], preserve_unit_loops=True)
+    # One task per register tile; the static chunking of a parallel loop hands each thread a
+    # contiguous run of tiles of the same column panel, so the panel stays in its cache.
+    sch.parallel(sch.fuse(*outer, *tile_loops))
+    jv, jl = sch.split(ji, [None, min(lanes, tile.vj)])
+    if ii is not None:
+        sch.unroll(ii)
+    sch.unroll(jv)
+    if tile.vj % lanes == 0:
+        sch.vectorize(jl)
+    sch.decompose_reduction(main.block_rv, r_loops[0])
+    vectorize_tail(sch, epilogue, lanes)
+    return True
+
+
+def _has_condition(stmt) -> bool:
+    """Whether a block computes something conditional (padding), which inlining would put in
+    the micro-kernel's inner loop."""
+    return "if_then_else" in stmt.script() or "T.if_then_else" in str(stmt)
+
+
+RULE = Rule("contraction", "register-blocked micro-kernel for matmul/conv/pool (packed weights)", apply)

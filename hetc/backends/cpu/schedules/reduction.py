@@ -1,0 +1,47 @@
+"""Row reductions with their elementwise neighbours (softmax, layer norm, mean): TVM's dlight CPU rule.
+
+dlight's ``cpu.Reduction`` parallelizes the leading spatial axes, computes every block of the
+row under that loop and vectorizes the injective blocks.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+from tvm.s_tir.dlight.cpu import Reduction
+from tvm.target import Target
+
+from .common import Rule, normalized
+
+
+def _reduces_rows(func: tirx.PrimFunc) -> bool:
+    """Every reduction reads its operands along contiguous rows: the last index of each operand
+    that the reduction walks is one of its reduction iters (softmax, layer norm, mean)."""
+    sch, infos = normalized(func)
+    if infos is None:
+        return False
+    for info in infos:
+        if not info.is_reduction():
+            continue
+        reduce = [it.var for it in info.iters if it.kind == "R"]
+        for read in sch.get(info.block_rv).reads:
+            used = [v for r in read.region for v in tirx.analysis.undefined_vars(r.min)]
+            if not any(u.same_as(v) for u in used for v in reduce):
+                continue  # a per-row value (the mean in a variance)
+            last = read.region[-1].min
+            if not isinstance(last, tirx.Var) or not any(last.same_as(v) for v in reduce):
+                return False
+    return True
+
+
+def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> tirx.PrimFunc | None:
+    del lanes
+    if not _reduces_rows(func):
+        return None
+    result = Reduction().apply(func, target, False)
+    if isinstance(result, list):
+        result = result[0] if result else None
+    return None if result is None else result.mod["main"]
+
+
+RULE = Rule("row-reduction", "softmax/layer-norm style rows: parallel rows, vectorized elementwise (dlight)",
+            apply)

@@ -1,0 +1,114 @@
+"""Default CPU schedules: every op kind, odd shapes, 1x1, strides, batch > 1, against onnxruntime.
+
+Each case also checks which rule scheduled its kernels, so a rule that silently stops
+matching (and falls back to the slow generic schedule) fails here, not only in a benchmark.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_close, ort_run
+from onnx import helper
+from onnx_util import make, tensor
+
+import hetc
+from hetc.backends.cpu.schedules.gemm import choose_tile
+
+RNG = np.random.default_rng(0)
+
+
+def _w(*shape) -> np.ndarray:
+    return (RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:]) or 1)).astype(np.float32)
+
+
+def _conv_model(n, c, h, w, k, kernel, stride=1, pad=0, group=1, bias=True, relu=False, residual=False):
+    oh = (h + 2 * pad - kernel) // stride + 1
+    ow = (w + 2 * pad - kernel) // stride + 1
+    inits = {"W": _w(k, c // group, kernel, kernel)}
+    ins = ["x", "W"] + (["B"] if bias else [])
+    if bias:
+        inits["B"] = _w(k)
+    nodes = [helper.make_node("Conv", ins, ["y"], kernel_shape=[kernel, kernel], strides=[stride, stride],
+                              pads=[pad] * 4, group=group)]
+    out = "y"
+    inputs = [tensor("x", [n, c, h, w])]
+    if residual:
+        nodes.append(helper.make_node("Add", ["y", "r"], ["yr"]))
+        inputs.append(tensor("r", [n, k, oh, ow]))
+        out = "yr"
+    if relu:
+        nodes.append(helper.make_node("Relu", [out], ["z"]))
+        out = "z"
+    return make(nodes, inputs, [tensor(out, [n, k, oh, ow])], inits)
+
+
+def _single(op, in_shapes, out_shape, inits=None, **attrs):
+    names = [f"i{k}" for k in range(len(in_shapes))]
+    node = helper.make_node(op, names + list(inits or {}), ["out"], **attrs)
+    return make([node], [tensor(nm, s) for nm, s in zip(names, in_shapes)], [tensor("out", out_shape)], inits)
+
+
+CASES = {
+    # name: (model, rule every heavy kernel must get)
+    "conv3x3_batch2_odd": (lambda: _conv_model(2, 3, 15, 13, 16, 3, pad=1, relu=True), "contraction"),
+    "conv1x1": (lambda: _conv_model(1, 64, 7, 7, 32, 1), "contraction"),
+    "conv3x3_stride2_residual": (lambda: _conv_model(1, 8, 17, 17, 24, 3, stride=2, pad=1, residual=True,
+                                                     relu=True), "contraction"),
+    "conv7x7_stride2_nobias": (lambda: _conv_model(1, 3, 32, 32, 64, 7, stride=2, pad=3, bias=False),
+                               "contraction"),
+    "conv_48_channels": (lambda: _conv_model(1, 24, 9, 9, 48, 3, pad=1), "contraction"),
+    "conv_odd_channels": (lambda: _conv_model(1, 5, 10, 10, 7, 3, pad=1), "contraction"),
+    "depthwise3x3": (lambda: _conv_model(1, 32, 14, 14, 32, 3, pad=1, group=32, relu=True), "contraction"),
+    "depthwise3x3_stride2": (lambda: _conv_model(2, 48, 15, 15, 48, 3, stride=2, pad=1, group=48),
+                             "contraction"),
+    "grouped_conv": (lambda: _conv_model(1, 16, 8, 8, 32, 3, pad=1, group=4), None),
+    "matmul_const_odd": (lambda: _single("MatMul", [[2, 37, 53]], [2, 37, 29], {"W": _w(53, 29)}), "contraction"),
+    "matmul_const_bert": (lambda: _single("MatMul", [[1, 128, 96]], [1, 128, 192], {"W": _w(96, 192)}),
+                          "contraction"),
+    "batch_matmul_runtime": (lambda: _single("MatMul", [[3, 16, 24], [3, 24, 40]], [3, 16, 40]), "contraction"),
+    "gemm_transB_bias": (lambda: _single("Gemm", [[5, 64]], [5, 48], {"W": _w(48, 64), "C": _w(48)}, transB=1),
+                         "contraction"),
+    "gemv": (lambda: _single("Gemm", [[1, 200]], [1, 10], {"W": _w(10, 200)}, transB=1), None),
+    "maxpool3x3_s2": (lambda: _single("MaxPool", [[2, 16, 15, 15]], [2, 16, 8, 8], kernel_shape=[3, 3],
+                                      strides=[2, 2], pads=[1, 1, 1, 1]), None),
+    "avgpool2x2": (lambda: _single("AveragePool", [[1, 32, 8, 8]], [1, 32, 4, 4], kernel_shape=[2, 2],
+                                   strides=[2, 2]), None),
+    "global_avgpool": (lambda: _single("GlobalAveragePool", [[2, 64, 7, 7]], [2, 64, 1, 1]), None),
+    "softmax": (lambda: _single("Softmax", [[4, 12, 33]], [4, 12, 33], axis=-1), None),
+    "layernorm": (lambda: _single("LayerNormalization", [[2, 10, 96]], [2, 10, 96],
+                                  {"g": _w(96) + 1, "b": _w(96)}, axis=-1), None),
+    "reduce_mean": (lambda: _single("ReduceMean", [[3, 40, 50]], [3, 1, 50], axes=[1], keepdims=1), None),
+    "transpose": (lambda: _single("Transpose", [[2, 3, 17, 16]], [2, 17, 16, 3], perm=[0, 2, 3, 1]), None),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_default_schedule_matches_onnxruntime(name):
+    build, rule = CASES[name]
+    model = build()
+    rng = np.random.default_rng(1)
+    inputs = {v.name: rng.standard_normal([d.dim_value for d in v.type.tensor_type.shape.dim]).astype(np.float32)
+              for v in model.graph.input if v.name not in {i.name for i in model.graph.initializer}}
+    compiled = hetc.compile(model, "cpu")
+    outputs = compiled.run(inputs)
+    actual = outputs if isinstance(outputs, list) else list(outputs.values())
+    for got, want in zip(actual, ort_run(model, inputs)):
+        assert_close(np.asarray(got), want)
+    kernels = compiled.report["kernels"]
+    assert "none" not in kernels.values(), kernels
+    if rule is not None:
+        assert rule in kernels.values(), kernels
+
+
+@pytest.mark.parametrize("m, n, lanes, regs, inner", [(3136, 64, 16, 32, 56), (128, 768, 16, 32, 128),
+                                                       (49, 512, 8, 16, 7), (37, 29, 8, 16, 37),
+                                                       (7, 96, 16, 32, 7)])
+def test_register_tile_divides_and_fits(m, n, lanes, regs, inner):
+    tile = choose_tile(m, n, lanes, regs, inner)
+    vectors = -(-tile.vj // lanes)
+    assert m % tile.rows == 0 and n % tile.vj == 0
+    assert tile.rows * vectors + vectors + 1 <= regs
+    assert inner % tile.rows == 0 or tile.rows % inner == 0
+    if n % lanes == 0 and m >= 4 and inner % 4 == 0:
+        assert tile.rows * vectors >= 8  # a real micro-kernel, not a scalar loop
