@@ -1,62 +1,306 @@
-"""CPU latency of hetc vs onnxruntime over the example models (and torch models if given).
+"""CPU latency of hetc (default schedules; tuned with --db) vs onnxruntime and TVM's default build.
 
-    python benchmarks/cpu_latency.py [--torch-models DIR] [--repeat N] [--json out.json]
+    python benchmarks/cpu_latency.py [--models a,b] [--torch-models DIR] [--db DIR] [--repeat N]
+                                     [--skip-tvm] [--tvm-budget S] [--json out.json]
 
-Compiles each model for the CPU target, then times hetc and onnxruntime alternately in this
-process (medians; compare only numbers from the same run). Prints a table, writes JSON.
+Writes each model (examples/models.py; with --torch-models, also the .onnx files of
+examples/torch_models.py in DIR), then per model: onnxruntime (CPU EP, one thread per physical
+core) for the reference outputs, hetc and onnxruntime timed alternately in one loop (medians
+of --repeat runs after warm-up; see hetc/benchmark.py), the same for the tuned build, and
+TVM's default build (from_onnx + tvm.compile, untuned: seconds per run on the CNNs, so its
+runs stop once --tvm-budget seconds and 3 runs are spent; such cells are marked *). Every
+column uses the FLOP count of hetc's compile report; % peak is of a 4096x4096 float32 numpy
+matmul (the best of: all cores at start, at end, one core x cores); rel err is max |x - ort| / max |ort| over the
+outputs. A failure is recorded in its cell and the run goes on. The machine's speed drifts:
+compare only numbers from one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import platform
+import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import onnx
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
-import hetc  # noqa: E402
-from hetc.benchmark import compare_with_onnxruntime  # noqa: E402
+import hetc
+from hetc.backends.cpu.codegen import llvm_target
+from hetc.backends.cpu.runtime import from_executable
+from hetc.benchmark import compare_with_onnxruntime
+from hetc.native_log import filtered_stderr
+from hetc.options import CompileOptions, default_threads
+
+DEFAULT_MODELS = "mlp,cnn,transformer,resnet18,resnet50,mobilenet_v2,bert_tiny,bert_base"
+RUNTIMES = {"ort": "ort", "hetc": "hetc", "tuned": "tuned", "tvm": "tvm"}  # tuned: hetc with --db
 
 
-def _models(torch_dir: Path | None, work: Path) -> list[tuple[str, Path, Path]]:
+def one_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:300]
+
+
+def machine_info() -> dict:
+    import onnxruntime
+    import psutil
+    import tvm
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                   if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "physical_cores": psutil.cpu_count(logical=False), "logical_cpus": psutil.cpu_count(),
+            "threads": default_threads(), "platform": platform.platform(), "python": platform.python_version(),
+            "versions": {"hetc": hetc.__version__, "tvm": tvm.__version__, "onnxruntime": onnxruntime.__version__,
+                         "onnx": onnx.__version__, "numpy": np.__version__}}
+
+
+def measure_peak(n: int = 4096, runs: int = 4) -> float:
+    """Best GFLOP/s of an n x n float32 matmul with numpy's BLAS on all cores."""
+    a, b = (np.random.default_rng(i).standard_normal((n, n), dtype=np.float32) for i in (0, 1))
+    a @ b  # warm-up: thread pool, page faults
+    best = min(_seconds(lambda: a @ b) for _ in range(runs))
+    return 2 * n**3 / best / 1e9
+
+
+def measure_peak_one_core(runs: int = 3) -> float | None:
+    """The same on one core (a fresh process with one BLAS thread), or None if that fails.
+
+    On a shared machine one busy core halves a multi-threaded sgemm (its threads wait for the
+    slowest); one core times the cores is then the better estimate of the peak.
+    """
+    one = {var: "1" for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    code = ("import time, numpy as np\na = np.ones((4096, 4096), np.float32)\na @ a\nbest = 1e9\n"
+            f"for _ in range({runs}):\n    t = time.perf_counter(); a @ a; best = min(best, time.perf_counter() - t)\n"
+            "print(2 * 4096**3 / best / 1e9)")
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, **one}, capture_output=True, text=True,
+                          check=False)
+    try:
+        return float(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def rel_error(outputs, reference) -> float:
+    """max over outputs of max |out - ref| / max |ref|."""
+    errors = [float(np.max(np.abs(np.asarray(o, np.float64) - r)) / max(float(np.max(np.abs(r))), 1e-30))
+              for o, r in zip(outputs, reference, strict=True) if np.asarray(r).size]
+    return max(errors, default=0.0)
+
+
+def ort_session(path: Path):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = default_threads()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as in hetc/benchmark.py
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def time_budgeted(fn, repeat: int, budget_s: float, first_s: float, min_runs: int = 3) -> dict:
+    """Median ms of up to ``repeat`` runs, stopping once ``budget_s`` and ``min_runs`` are spent.
+
+    ``first_s``: the time of a run already done (the warm-up); one of a second or more counts.
+    """
+    first = first_s
+    times = [first] if first >= 1.0 else []
+    start = time.perf_counter()
+    while len(times) < repeat and not (len(times) >= min_runs and time.perf_counter() - start >= budget_s):
+        times.append(_seconds(fn))
+    return {"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3, "runs": len(times),
+            "capped": len(times) < repeat}
+
+
+def bench_model(path: Path, inputs: dict[str, np.ndarray], args) -> tuple[float | None, dict[str, dict]]:
+    """(model FLOPs, {runtime: cell}); a cell has ``error`` instead of numbers when a step failed."""
+    cells: dict[str, dict] = {key: {} for key in RUNTIMES if (key != "tuned" or args.db) and
+                              (key != "tvm" or not args.skip_tvm)}
+    try:
+        start = time.perf_counter()
+        session = ort_session(path)
+        cells["ort"]["compile_s"] = time.perf_counter() - start
+        reference = session.run(None, inputs)
+        del session
+    except Exception as err:  # noqa: BLE001 -- one failed cell must not stop the run
+        cells["ort"]["error"], reference = one_line(err), None
+
+    flops, compiled = None, {}
+    for key, database in (("hetc", None), ("tuned", args.db)):
+        if key not in cells:
+            continue
+        try:
+            start = time.perf_counter()
+            compiled[key] = hetc.compile(path, "cpu", database=database)
+            cells[key]["compile_s"] = time.perf_counter() - start
+            flops = flops or compiled[key].report["graph"]["flops"]
+            outputs = list(compiled[key].run(inputs).values())
+            if reference is not None:
+                cells[key]["rel_err"] = rel_error(outputs, reference)
+        except Exception as err:  # noqa: BLE001
+            cells[key]["error"] = one_line(err)
+    if flops is None:  # no hetc build: count them without compiling (None if shapes are dynamic)
+        with contextlib.suppress(Exception):
+            flops = hetc.inspect_model(path).graph.flops
+
+    # hetc (then tuned) and onnxruntime take turns run by run; with no hetc build, a no-op
+    # stands in for it so that onnxruntime is still timed the same way.
+    for key in ("hetc", "tuned"):
+        if key == "tuned" and key not in compiled:
+            continue
+        if "error" in cells["ort"]:
+            break
+        model = compiled.get(key, SimpleNamespace(run=lambda inputs: None))
+        try:
+            measured = compare_with_onnxruntime(path, model, inputs, repeat=args.repeat)["results"]
+        except Exception as err:  # noqa: BLE001
+            cells[key if key in compiled else "ort"]["error"] = one_line(err)
+            continue
+        if key in compiled:
+            cells[key].update(measured["hetc"], ort_ms=measured["onnxruntime"]["median_ms"])
+        if key == "hetc":
+            cells["ort"].update(measured["onnxruntime"])
+    compiled.clear()
+
+    if "tvm" in cells:
+        try:
+            import tvm
+            from tvm import relax
+
+            start = time.perf_counter()
+            with filtered_stderr():  # TVM's known-harmless C++ warnings
+                mod = relax.frontend.onnx.from_onnx(onnx.load(str(path)), keep_params_in_input=False)
+                runner = from_executable(tvm.compile(mod, llvm_target(CompileOptions())))
+            cells["tvm"]["compile_s"] = time.perf_counter() - start
+            args_in_order = [inputs[v.name] for v in onnx.load(str(path), load_external_data=False).graph.input
+                             if v.name in inputs]
+            start = time.perf_counter()
+            outputs = runner(args_in_order)
+            first_s = time.perf_counter() - start
+            if reference is not None:
+                cells["tvm"]["rel_err"] = rel_error(outputs, reference)
+            cells["tvm"].update(time_budgeted(lambda: runner(args_in_order), args.repeat, args.tvm_budget, first_s))
+        except Exception as err:  # noqa: BLE001
+            cells["tvm"]["error"] = one_line(err)
+
+    ort_ms = cells["ort"].get("median_ms")
+    for key, cell in cells.items():
+        if "median_ms" in cell:
+            if flops:
+                cell["gflops"] = flops / cell["median_ms"] / 1e6
+            paired = cell.get("ort_ms", ort_ms)  # hetc builds: the onnxruntime runs they alternated with
+            if paired and key != "ort":
+                cell["vs_ort"] = cell["median_ms"] / paired
+    return flops, cells
+
+
+def _sources(args, work: Path):
+    """(name, model path, inputs path) per model, written when reached; paths None if it failed."""
     import models
 
-    found = [(name, *models.write(name, work)) for name in models.MODELS]
-    if torch_dir:
-        found += [(p.stem, p, p.with_name(f"{p.stem}_inputs.npz")) for p in sorted(torch_dir.glob("*.onnx"))]
-    return found
+    for name in args.models.split(","):
+        try:
+            yield name, *models.write(name, work), None
+        except Exception as err:  # noqa: BLE001
+            yield name, None, None, f"cannot build: {one_line(err)}"
+    for path in sorted(args.torch_models.glob("*.onnx")) if args.torch_models else []:
+        yield path.stem, path, path.with_name(f"{path.stem}_inputs.npz"), None
+
+
+def print_table(rows: list[dict], args) -> None:
+    def num(value, digits: int = 3) -> str:
+        return "" if value is None else f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
+
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, title=f"CPU latency: median of {args.repeat} runs, {args.threads} threads, "
+                                             f"peak {args.peak:.0f} GFLOP/s")
+    for col in ("model", "GFLOP", "runtime", "build s", "ms", "GFLOP/s", "%peak", "x ort", "err"):
+        table.add_column(col, justify="left" if col in {"model", "runtime"} else "right", no_wrap=True)
+    errors: list[str] = []
+    for row in rows:
+        cells = [(key, cell) for key, cell in row["results"].items() if cell]
+        for i, (key, cell) in enumerate(cells):
+            if "error" in cell:
+                errors.append(f"[{len(errors) + 1}] {row['model']}, {RUNTIMES[key]}: {cell['error']}")
+            ms = f"error [{len(errors)}]" if "error" in cell else num(cell.get("median_ms")) + "*" * bool(cell.get("capped"))
+            table.add_row(row["model"] if i == 0 else "", num(row["gflop"]) if i == 0 else "", RUNTIMES[key],
+                          num(cell.get("compile_s"), 2), ms, num(cell.get("gflops")), num(cell.get("pct_peak"), 2),
+                          num(cell.get("vs_ort")), "" if "rel_err" not in cell else f"{cell['rel_err']:.1e}",
+                          end_section=i == len(cells) - 1)
+    console = Console(width=None if sys.stdout.isatty() else 120)  # pipes and logs get 80 columns otherwise
+    console.print(table)
+    console.print("build s: compile (ort: session); x ort: median / onnxruntime's median in the same alternating "
+                  "loop; err: max |x - ort| / max |ort|; * TVM stopped after --tvm-budget s (runs in the JSON)",
+                  soft_wrap=True)
+    for line in errors:
+        console.print(line, soft_wrap=True, markup=False)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated (default {DEFAULT_MODELS})")
     parser.add_argument("--torch-models", type=Path, help="directory from examples/torch_models.py")
-    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--db", type=Path, help="tuning database (hetc tune): adds the 'hetc tuned' rows")
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--skip-tvm", action="store_true", help="leave out TVM's default build")
+    parser.add_argument("--tvm-budget", type=float, default=20.0, help="seconds of TVM runs per model (>= 3 runs)")
+    parser.add_argument("--work", type=Path, help="where to write the models (default: a temporary directory)")
     parser.add_argument("--json", type=Path, default=Path("cpu_latency.json"))
     args = parser.parse_args()
+    if args.torch_models and not args.torch_models.is_dir():
+        parser.error(f"--torch-models {args.torch_models}: not a directory")
+    import models
+
+    unknown = [n for n in args.models.split(",") if n not in models.ALL_MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(models.ALL_MODELS)}")
+
+    machine = machine_info()
+    args.threads = machine["threads"]
+    print(f"{machine['cpu']}, {machine['physical_cores']} cores; measuring peak (4096^2 sgemm) ...", flush=True)
+    one_core = measure_peak_one_core()
+    peaks = {"all_cores_start": measure_peak(), "one_core_times_cores": one_core and one_core * args.threads}
+    print(", ".join(f"{k} {v:.1f}" for k, v in peaks.items() if v) + " GFLOP/s", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, model, inputs_path in _models(args.torch_models, Path(tmp)):
-            compiled = hetc.compile(model, target="cpu")
-            inputs = dict(np.load(inputs_path))
-            measured = compare_with_onnxruntime(model, compiled, inputs, repeat=args.repeat)
-            rows.append({"model": name, "gflop": compiled.report["graph"]["flops"] / 1e9,
-                         "compile_s": sum(compiled.report["seconds"].values()), **measured})
-    table = Table(title=f"CPU latency, median of {args.repeat} ({platform.processor() or platform.machine()})")
-    for col in ("model", "GFLOP", "compile s", "hetc ms", "onnxruntime ms", "hetc/ort"):
-        table.add_column(col, justify="left" if col == "model" else "right")
-    for r in rows:
-        res = r["results"]
-        table.add_row(r["model"], f"{r['gflop']:.3f}", f"{r['compile_s']:.1f}", f"{res['hetc']['median_ms']:.2f}",
-                      f"{res['onnxruntime']['median_ms']:.2f}", f"{r['hetc_over_ort']:.1f}x")
-    Console().print(table)
-    args.json.write_text(json.dumps({"hetc_version": hetc.__version__, "rows": rows}, indent=2) + "\n")
+        for name, path, inputs_path, error in _sources(args, args.work or Path(tmp)):
+            print(f"{name} ...", flush=True)
+            try:
+                flops, cells = bench_model(path, dict(np.load(inputs_path)), args) if not error else (None, {})
+            except Exception as err:  # noqa: BLE001 -- unreadable inputs and the like
+                flops, cells, error = None, {}, one_line(err)
+            if error:
+                cells = {"ort": {"error": error}}
+            rows.append({"model": name, "flops": flops, "gflop": flops / 1e9 if flops else None, "results": cells})
+    peaks["all_cores_end"] = measure_peak()  # again: a busy machine at start must not make the peak too low
+    args.peak = max(v for v in peaks.values() if v)
+    print(f"all_cores_end {peaks['all_cores_end']:.1f} GFLOP/s; peak: {args.peak:.1f}", flush=True)
+    for cell in (c for row in rows for c in row["results"].values() if "gflops" in c):
+        cell["pct_peak"] = 100 * cell["gflops"] / args.peak
+    print_table(rows, args)
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "peak"}
+    args.json.write_text(json.dumps({"machine": {**machine, "peak_gflops": args.peak, "peak_measured_gflops": peaks},
+                                     "settings": settings, "rows": rows}, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0
 

@@ -1,10 +1,14 @@
-"""Small ONNX models hetc builds itself: no downloads, no torch.
+"""ONNX models hetc builds itself with ``onnx.helper``: no downloads, no torch.
 
-Each builder returns an ``onnx.ModelProto`` with fixed-seed weights and an IR version
-onnxruntime accepts. Run as a script to write the models and matching sample inputs::
+Small ones (``MODELS``: mlp, cnn, transformer) for tests, and realistic ones in
+``ALL_MODELS``: torchvision's ResNet-18/50 and MobileNetV2, BERT-tiny and BERT-base (as torch
+exports them). Each builder returns an ``onnx.ModelProto`` (opset 17) with fixed-seed random
+weights and an IR version onnxruntime accepts. Run as a script to write the models and
+matching sample inputs::
 
-    python examples/models.py OUT_DIR            # all models
-    python examples/models.py OUT_DIR cnn mlp    # some of them
+    python examples/models.py OUT_DIR                  # the small models
+    python examples/models.py OUT_DIR cnn resnet50     # some of them
+    python examples/models.py OUT_DIR all              # every model (BERT-base is ~440 MB)
 
 writes ``OUT_DIR/<name>.onnx`` and ``OUT_DIR/<name>_inputs.npz`` (arrays keyed by input name).
 """
@@ -180,11 +184,262 @@ def transformer(batch: int = 1, seq: int = 32, hidden: int = 64, heads: int = 4,
     return _model(graph)
 
 
+class _Graph:
+    """Collects nodes and initializers for the larger builders; a node's output is named after it."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[TensorProto] = []
+
+    def const(self, name: str, array) -> str:
+        self.inits.append(_const(name, np.asarray(array)))
+        return name
+
+    def normal(self, name: str, shape: tuple[int, ...], std: float, mean: float = 0.0) -> str:
+        # float32 draws: BERT-base's 110M weights take about a second
+        return self.const(name, self.rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+                          + np.float32(mean))
+
+    def op(self, op_type: str, inputs: list[str], name: str, **attrs) -> str:
+        self.nodes.append(helper.make_node(op_type, inputs, [name], name=name, **attrs))
+        return name
+
+    def model(self, name: str, inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto]):
+        return _model(helper.make_graph(self.nodes, name, inputs, outputs, self.inits))
+
+
+# --- CNNs (torchvision architectures) -------------------------------------------------------
+#
+# Conv (no bias) and BatchNormalization stay separate nodes. Weights are He-normal, and each
+# BN's running statistics are those its input really has: the builders run the network in
+# numpy on one seeded calibration image while they build it (a tensor is a (name, value)
+# pair), and set running mean/var to the measured per-channel mean/var times a little noise.
+# So activations stay O(1) through 50 layers, as in a trained network.
+
+_Tensor = tuple[str, np.ndarray]
+
+
+def _conv2d(x: np.ndarray, w: np.ndarray, stride: int, groups: int) -> np.ndarray:
+    """NCHW convolution with "same" padding k//2; groups 1 or depthwise (groups == channels)."""
+    k = w.shape[-1]
+    xp = np.pad(x, ((0, 0), (0, 0), (k // 2, k // 2), (k // 2, k // 2)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]
+    if groups == 1:
+        return np.einsum("nchwij,ocij->nohw", win, w, optimize=True)
+    return np.einsum("nchwij,cij->nchw", win, w[:, 0])
+
+
+def _conv_bn(g: _Graph, x: _Tensor, prefix: str, bn: str, cout: int, k: int, stride: int = 1,
+             groups: int = 1) -> _Tensor:
+    cin = x[1].shape[1]
+    w = g.rng.standard_normal((cout, cin // groups, k, k), dtype=np.float32) * np.float32(np.sqrt(2 / (cin // groups * k * k)))
+    conv = g.op("Conv", [x[0], g.const(f"{prefix}.weight", w)], prefix, kernel_shape=[k, k],
+                strides=[stride, stride], pads=[k // 2] * 4, group=groups)
+    y = _conv2d(x[1], w, stride, groups)
+    mean, var = y.mean(axis=(0, 2, 3)), y.var(axis=(0, 2, 3)) + 1e-3
+    params = {"weight": g.rng.uniform(0.5, 1.5, cout), "bias": g.rng.normal(0, 0.1, cout),
+              "running_mean": mean + g.rng.normal(0, 0.05, cout) * np.sqrt(var),
+              "running_var": var * g.rng.uniform(0.9, 1.1, cout)}
+    params = {key: value.astype(np.float32) for key, value in params.items()}
+    names = [g.const(f"{bn}.{key}", value) for key, value in params.items()]
+    value = ((y - params["running_mean"][:, None, None]) / np.sqrt(params["running_var"][:, None, None] + 1e-5)
+             * params["weight"][:, None, None] + params["bias"][:, None, None])
+    return g.op("BatchNormalization", [conv, *names], bn, epsilon=1e-5), value.astype(np.float32)
+
+
+def _relu(g: _Graph, x: _Tensor, name: str) -> _Tensor:
+    return g.op("Relu", [x[0]], name), np.maximum(x[1], 0)
+
+
+def _add(g: _Graph, a: _Tensor, b: _Tensor, name: str) -> _Tensor:
+    return g.op("Add", [a[0], b[0]], name), a[1] + b[1]
+
+
+def _calibration_image(seed: int, size: int) -> _Tensor:
+    return "image", np.random.default_rng(seed + 1).standard_normal((1, 3, size, size), dtype=np.float32)
+
+
+def _classifier_model(g: _Graph, name: str, x: _Tensor, batch: int, size: int, classes: int) -> onnx.ModelProto:
+    features = x[1].shape[1]
+    g.op("GlobalAveragePool", [x[0]], "avgpool")
+    g.op("Flatten", ["avgpool"], "flatten", axis=1)
+    w = g.normal("fc.weight", (classes, features), 1 / np.sqrt(features))
+    g.op("Gemm", ["flatten", w, g.normal("fc.bias", (classes,), 0.1)], "logits", transB=1)
+    return g.model(name, [helper.make_tensor_value_info("image", TensorProto.FLOAT, [batch, 3, size, size])],
+                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])])
+
+
+def _resnet(name: str, bottleneck: bool, blocks: tuple[int, ...], batch: int, size: int, classes: int,
+            seed: int) -> onnx.ModelProto:
+    g = _Graph(seed)
+    x = _relu(g, _conv_bn(g, _calibration_image(seed, size), "conv1", "bn1", 64, 7, 2), "relu")
+    pad = np.pad(x[1], ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    pooled = np.lib.stride_tricks.sliding_window_view(pad, (3, 3), axis=(2, 3))[:, :, ::2, ::2].max(axis=(4, 5))
+    x = g.op("MaxPool", [x[0]], "maxpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), pooled
+    expansion = 4 if bottleneck else 1
+    for stage, (planes, count) in enumerate(zip((64, 128, 256, 512), blocks), start=1):
+        for i in range(count):
+            p, stride, cout = f"layer{stage}.{i}", (2 if stage > 1 and i == 0 else 1), planes * expansion
+            if bottleneck:  # v1.5: the stride is on the 3x3 conv
+                h = _relu(g, _conv_bn(g, x, f"{p}.conv1", f"{p}.bn1", planes, 1), f"{p}.relu1")
+                h = _relu(g, _conv_bn(g, h, f"{p}.conv2", f"{p}.bn2", planes, 3, stride), f"{p}.relu2")
+                h = _conv_bn(g, h, f"{p}.conv3", f"{p}.bn3", cout, 1)
+            else:
+                h = _relu(g, _conv_bn(g, x, f"{p}.conv1", f"{p}.bn1", planes, 3, stride), f"{p}.relu1")
+                h = _conv_bn(g, h, f"{p}.conv2", f"{p}.bn2", cout, 3)
+            identity = x
+            if stride != 1 or x[1].shape[1] != cout:
+                identity = _conv_bn(g, x, f"{p}.downsample.0", f"{p}.downsample.1", cout, 1, stride)
+            x = _relu(g, _add(g, h, identity, f"{p}.add"), f"{p}.relu")
+    return _classifier_model(g, name, x, batch, size, classes)
+
+
+def resnet18(batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0) -> onnx.ModelProto:
+    """torchvision ResNet-18: BasicBlocks [2, 2, 2, 2], 1.8 GFLOP at 224x224."""
+    return _resnet("resnet18", False, (2, 2, 2, 2), batch, size, classes, seed)
+
+
+def resnet50(batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0) -> onnx.ModelProto:
+    """torchvision ResNet-50 v1.5: Bottlenecks [3, 4, 6, 3], 4.1 GFLOP at 224x224."""
+    return _resnet("resnet50", True, (3, 4, 6, 3), batch, size, classes, seed)
+
+
+def mobilenet_v2(batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0) -> onnx.ModelProto:
+    """torchvision MobileNetV2 (width 1.0): inverted residuals, depthwise convs, ReLU6 as Clip."""
+    g = _Graph(seed)
+    lo, hi = g.const("relu6.min", np.array(0.0, np.float32)), g.const("relu6.max", np.array(6.0, np.float32))
+
+    def conv_bn_relu6(x: _Tensor, p: str, cout: int, k: int, stride: int = 1, groups: int = 1) -> _Tensor:
+        name, value = _conv_bn(g, x, f"{p}.0", f"{p}.1", cout, k, stride, groups)
+        return g.op("Clip", [name, lo, hi], f"{p}.2"), np.clip(value, 0, 6)
+
+    x, idx = conv_bn_relu6(_calibration_image(seed, size), "features.0", 32, 3, 2), 1
+    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                       (6, 160, 3, 2), (6, 320, 1, 1)):
+        for i in range(n):
+            p, stride, cin = f"features.{idx}.conv", (s if i == 0 else 1), x[1].shape[1]
+            h, j = x, 0
+            if t != 1:
+                h, j = conv_bn_relu6(x, f"{p}.0", cin * t, 1), 1
+            h = conv_bn_relu6(h, f"{p}.{j}", cin * t, 3, stride, groups=cin * t)
+            h = _conv_bn(g, h, f"{p}.{j + 1}", f"{p}.{j + 2}", c, 1)  # linear bottleneck: no activation
+            x = _add(g, x, h, f"features.{idx}.add") if stride == 1 and cin == c else h
+            idx += 1
+    x = conv_bn_relu6(x, f"features.{idx}", 1280, 1)
+    return _classifier_model(g, "mobilenet_v2", x, batch, size, classes)
+
+
+# --- BERT ------------------------------------------------------------------------------------
+
+def bert(layers: int, hidden: int, heads: int, ffn: int, seq: int = 128, batch: int = 1, vocab: int = 30522,
+         max_positions: int = 512, pooled: bool = True, seed: int = 0) -> onnx.ModelProto:
+    """A BERT encoder as torch exports it (post-LN, Erf-GELU, additive -10000 mask).
+
+    Inputs ``input_ids`` and ``attention_mask`` (int64 [batch, seq]); outputs
+    ``last_hidden_state`` [batch, seq, hidden] and, with ``pooled``, ``pooler_output``
+    [batch, hidden] (tanh(dense(first token))). Weights and biases ~ normal(0, 0.02), layer
+    norm scales 1 + normal(0, 0.02) (biases are not zero, so that a dropped bias shows).
+    """
+    if hidden % heads:
+        raise ValueError(f"hidden {hidden} is not a multiple of heads {heads}")
+    g, d = _Graph(seed), hidden // heads
+    std = 0.02
+
+    def layer_norm(x: str, p: str) -> str:
+        return g.op("LayerNormalization", [x, g.normal(f"{p}.weight", (hidden,), std, 1.0),
+                                           g.normal(f"{p}.bias", (hidden,), std)], p, axis=-1, epsilon=1e-12)
+
+    def linear(x: str, p: str, fan_in: int, fan_out: int) -> str:
+        mm = g.op("MatMul", [x, g.normal(f"{p}.weight", (fan_in, fan_out), std)], f"{p}.matmul")
+        return g.op("Add", [mm, g.normal(f"{p}.bias", (fan_out,), std)], p)
+
+    split, merge = g.const("split_heads", [batch, seq, heads, d]), g.const("merge_heads", [batch, seq, hidden])
+    one, half = g.const("one", np.array(1.0, np.float32)), g.const("half", np.array(0.5, np.float32))
+    sqrt2, sqrt_d = g.const("sqrt2", np.array(np.sqrt(2), np.float32)), g.const("sqrt_d", np.array(np.sqrt(d), np.float32))
+
+    e = "embeddings"
+    words = g.op("Gather", [g.normal(f"{e}.word_embeddings.weight", (vocab, hidden), std), "input_ids"],
+                 f"{e}.word_embeddings")
+    positions = g.op("Gather", [g.normal(f"{e}.position_embeddings.weight", (max_positions, hidden), std),
+                                g.const(f"{e}.position_ids", np.arange(seq, dtype=np.int64)[None])],
+                     f"{e}.position_embeddings")
+    types = g.op("Gather", [g.normal(f"{e}.token_type_embeddings.weight", (2, hidden), std),
+                            g.const(f"{e}.token_type_ids", np.zeros((1, seq), np.int64))], f"{e}.token_type_embeddings")
+    x = g.op("Add", [g.op("Add", [words, positions], f"{e}.add0"), types], f"{e}.add1")
+    x = layer_norm(x, f"{e}.LayerNorm")
+
+    mask = g.op("Cast", ["attention_mask"], "mask.float", to=TensorProto.FLOAT)
+    mask = g.op("Sub", [one, mask], "mask.inverted")
+    mask = g.op("Mul", [mask, g.const("mask.neg", np.array(-10000.0, np.float32))], "mask.additive")
+    mask = g.op("Unsqueeze", [mask, g.const("mask.axes", np.array([1, 2], np.int64))], "mask")  # [b, 1, 1, seq]
+
+    for i in range(layers):
+        p = f"encoder.layer.{i}"
+        heads_of = {}
+        for proj, perm in (("query", [0, 2, 1, 3]), ("key", [0, 2, 3, 1]), ("value", [0, 2, 1, 3])):
+            h = g.op("Reshape", [linear(x, f"{p}.attention.self.{proj}", hidden, hidden), split],
+                     f"{p}.attention.self.{proj}.split")
+            heads_of[proj] = g.op("Transpose", [h], f"{p}.attention.self.{proj}.heads", perm=perm)
+        a = f"{p}.attention.self"
+        scores = g.op("MatMul", [heads_of["query"], heads_of["key"]], f"{a}.scores")
+        scores = g.op("Add", [g.op("Div", [scores, sqrt_d], f"{a}.scaled"), mask], f"{a}.masked")
+        probs = g.op("Softmax", [scores], f"{a}.probs", axis=-1)
+        ctx = g.op("MatMul", [probs, heads_of["value"]], f"{a}.context")
+        ctx = g.op("Reshape", [g.op("Transpose", [ctx], f"{a}.context.t", perm=[0, 2, 1, 3]), merge],
+                   f"{a}.context.merged")
+        out = linear(ctx, f"{p}.attention.output.dense", hidden, hidden)
+        x = layer_norm(g.op("Add", [out, x], f"{p}.attention.output.residual"), f"{p}.attention.output.LayerNorm")
+        up = linear(x, f"{p}.intermediate.dense", hidden, ffn)
+        gelu = g.op("Add", [g.op("Erf", [g.op("Div", [up, sqrt2], f"{p}.gelu.div")], f"{p}.gelu.erf"), one],
+                    f"{p}.gelu.add")
+        gelu = g.op("Mul", [g.op("Mul", [up, gelu], f"{p}.gelu.mul"), half], f"{p}.gelu")
+        out = linear(gelu, f"{p}.output.dense", ffn, hidden)
+        x = layer_norm(g.op("Add", [out, x], f"{p}.output.residual"), f"{p}.output.LayerNorm")
+    g.op("Identity", [x], "last_hidden_state")
+    outputs = [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [batch, seq, hidden])]
+    if pooled:
+        first = g.op("Gather", [x, g.const("first_token", np.array(0, np.int64))], "pooler.first_token", axis=1)
+        g.op("Tanh", [linear(first, "pooler.dense", hidden, hidden)], "pooler_output")
+        outputs.append(helper.make_tensor_value_info("pooler_output", TensorProto.FLOAT, [batch, hidden]))
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, [batch, seq]) for n in ("input_ids", "attention_mask")]
+    return g.model(f"bert_{layers}l_{hidden}h", inputs, outputs)
+
+
+def bert_base(seq: int = 128, batch: int = 1, seed: int = 0) -> onnx.ModelProto:
+    """BERT-base: 12 layers, hidden 768, 12 heads, FFN 3072 (110M parameters, ~440 MB)."""
+    return bert(12, 768, 12, 3072, seq, batch, seed=seed)
+
+
+def bert_tiny(seq: int = 128, batch: int = 1, seed: int = 0) -> onnx.ModelProto:
+    """BERT-tiny (google/bert_uncased_L-2_H-128_A-2 shape): 2 layers, hidden 128, 2 heads, FFN 512."""
+    return bert(2, 128, 2, 512, seq, batch, seed=seed)
+
+
+# MODELS: the small models written by default (and by the test suite's fixture).
+# ALL_MODELS adds the realistic ones, written only when named (or with "all").
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {"mlp": mlp, "cnn": cnn, "transformer": transformer}
+ALL_MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    **MODELS, "resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
+    "bert_tiny": bert_tiny, "bert_base": bert_base}
+
+
+def _vocab_size(model: onnx.ModelProto, ids: str) -> int | None:
+    """Rows of the embedding table a Gather looks ``ids`` up in (None if there is none)."""
+    dims = {t.name: t.dims for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] == ids and node.input[0] in dims:
+            return int(dims[node.input[0]][0])
+    return None
 
 
 def sample_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded random inputs matching the model's (static) graph inputs."""
+    """Seeded inputs matching the model's (static) graph inputs.
+
+    Floats are standard normal. Integer inputs that index an embedding table get valid ids;
+    ``attention_mask`` gets ones with some trailing zeros (padding) per row; other integers
+    are zeros.
+    """
     rng = np.random.default_rng(seed)
     inits = {t.name for t in model.graph.initializer}
     out = {}
@@ -193,14 +448,23 @@ def sample_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
             continue
         shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
         dtype = helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
-        out[value.name] = rng.standard_normal(shape).astype(dtype)
+        if dtype.kind == "f":
+            out[value.name] = rng.standard_normal(shape).astype(dtype)
+        elif "mask" in value.name and len(shape) == 2:
+            seq = shape[1]
+            lengths = seq - (seq // 4 + np.arange(shape[0]) % max(seq // 4, 1))  # 1/4 .. 1/2 padding
+            out[value.name] = (np.arange(seq)[None, :] < np.maximum(lengths, 1)[:, None]).astype(dtype)
+        elif (vocab := _vocab_size(model, value.name)) is not None:
+            out[value.name] = rng.integers(0, vocab, shape).astype(dtype)
+        else:
+            out[value.name] = np.zeros(shape, dtype)
     return out
 
 
 def write(name: str, out_dir: Path) -> tuple[Path, Path]:
     """Write ``<name>.onnx`` and ``<name>_inputs.npz`` into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    model = MODELS[name]()
+    model = ALL_MODELS[name]()
     model_path, inputs_path = out_dir / f"{name}.onnx", out_dir / f"{name}_inputs.npz"
     onnx.save(model, model_path)
     np.savez(inputs_path, **sample_inputs(model))
@@ -212,9 +476,12 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip())
         return 0 if argv else 2
     names = argv[1:] or list(MODELS)
-    unknown = [n for n in names if n not in MODELS]
+    if names == ["all"]:
+        names = list(ALL_MODELS)
+    unknown = [n for n in names if n not in ALL_MODELS]
     if unknown:
-        print(f"unknown model(s): {', '.join(unknown)}; choose from {', '.join(MODELS)}", file=sys.stderr)
+        print(f"unknown model(s): {', '.join(unknown)}; choose from {', '.join(ALL_MODELS)} (or all)",
+              file=sys.stderr)
         return 2
     for name in names:
         model_path, inputs_path = write(name, Path(argv[0]))
