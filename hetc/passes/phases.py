@@ -68,9 +68,11 @@ def _convert_conv_layout(desired: dict) -> tvm.transform.Pass:
     return apply
 
 
-def legalize_passes() -> list[Stage]:
+def legalize_passes(custom: dict | None = None) -> list[Stage]:
+    """Lower ops to TIR; ``custom`` maps op names to a target's own lowering (``bb, call -> expr``)."""
     return [
-        Stage("legalize", "lower Relax ops to TIR PrimFuncs (call_tir)", relax.transform.LegalizeOps),
+        Stage("legalize", "lower Relax ops to TIR PrimFuncs (call_tir)",
+              lambda: relax.transform.LegalizeOps(customize_legalize_map=custom)),
         Stage("annotate_patterns", "classify PrimFuncs for fusion", relax.transform.AnnotateTIROpPattern),
         Stage("fold_constants_tir", "evaluate call_tirs on constants (weight transforms)",
               relax.transform.FoldConstant),

@@ -41,28 +41,34 @@ MAX_ROWS = 14  # register-tile rows: unrolled, each a broadcast per reduction st
 @dataclass(frozen=True)
 class Tile:
     rows: int  # register rows (i_i)
-    vj: int  # columns (j_i), a multiple of the vector width when possible
+    vj: int  # columns (j_i)
+    width: int  # SIMD width the columns are vectorized by (0: not vectorized)
 
 
 def choose_tile(m: int, n: int, lanes: int, registers: int, inner: int = 1) -> Tile:
-    """Pick the register tile: most multiply-adds per load that fits the vector registers.
+    """Pick the register tile: most multiply-add lanes per load that fits the vector registers.
 
     ``rows`` must divide ``m`` and ``vj`` divide ``n`` (no predicated tails in the micro-kernel);
     the tile needs ``rows * vectors`` accumulators, ``vectors`` operand registers and one
-    broadcast register. ``m`` fuses several axes, the innermost of extent ``inner``: rows must
-    divide it or be a multiple of it, so that a tile is a box in the unfused axes.
+    broadcast register. Columns that are not a multiple of the full SIMD width use half or
+    quarter vectors (24 channels: three 8-wide vectors). ``m`` fuses several axes, the innermost
+    of extent ``inner``: rows must divide it or be a multiple of it, so that a tile is a box in
+    the unfused axes.
     """
-    best, best_score = Tile(1, 1), -1.0
-    vjs = [v for v in (4 * lanes, 3 * lanes, 2 * lanes, lanes) if n % v == 0] or \
-        [max(d for d in range(1, min(n, 2 * lanes) + 1) if n % d == 0)]
-    for vj in vjs:
-        vectors = -(-vj // lanes)
-        for rows in range(1, min(m, MAX_ROWS) + 1):
-            if m % rows or rows * vectors + vectors + 1 > registers or (inner % rows and rows % inner):
-                continue
-            score = rows * vectors / (rows + vectors)  # FMAs per load (broadcast + vector loads)
-            if score > best_score + 1e-9:
-                best, best_score = Tile(rows, vj), score
+    best, best_score = None, -1.0
+    for width in (w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and n % w == 0):
+        for vj in (v * width for v in (4, 3, 2, 1) if n % (v * width) == 0):
+            vectors = vj // width
+            for rows in range(1, min(m, MAX_ROWS) + 1):
+                if m % rows or rows * vectors + vectors + 1 > registers or (inner % rows and rows % inner):
+                    continue
+                score = rows * vectors * width / (rows + vectors)  # multiply-add lanes per load
+                if score > best_score + 1e-9:
+                    best, best_score = Tile(rows, vj, width), score
+    if best is None:  # odd column count: a scalar tile over a divisor of n
+        vj = max(d for d in range(1, min(n, 2 * lanes) + 1) if n % d == 0)
+        rows = max(r for r in range(1, min(m, 4) + 1) if m % r == 0 and (inner % r == 0 or r % inner == 0))
+        best = Tile(rows, vj, 0)
     return best
 
 
@@ -149,9 +155,14 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int) -> bool:
         sch.annotate(preproc, PREPROC, True)
         sch.transform_layout(main.block_rv, ("read", idx), _panel_map(pos, tile.vj))
 
-    # Producers: plain copies/reshapes are inlined; padding (a conditional) stays a separate pass.
+    # Producers: plain copies/reshapes are inlined. Padding (a conditional) stays a separate
+    # pass before a real contraction (its reduction loop must stay branch-free), but is inlined
+    # into depthwise convs and pools, where every load is a vector along j anyway and a
+    # separate pass would double the memory traffic.
+    per_channel = all(_uses(e, jvar) for read in block.reads for e in [r.min for r in read.region][-1:]
+                      if any(_uses(r.min, it.var) for r in read.region for it in reduce))
     for producer in reversed(infos[:infos.index(main)]):
-        if not _has_condition(sch.get(producer.block_rv).body):
+        if per_channel or not _has_condition(sch.get(producer.block_rv).body):
             try:
                 sch.compute_inline(producer.block_rv)
                 continue
@@ -177,14 +188,16 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int) -> bool:
     # One task per register tile; the static chunking of a parallel loop hands each thread a
     # contiguous run of tiles of the same column panel, so the panel stays in its cache.
     sch.parallel(sch.fuse(*outer, *tile_loops))
-    jv, jl = sch.split(ji, [None, min(lanes, tile.vj)])
     if ii is not None:
         sch.unroll(ii)
-    sch.unroll(jv)
-    if tile.vj % lanes == 0:
+    if tile.width:
+        jv, jl = sch.split(ji, [None, tile.width])
+        sch.unroll(jv)
         sch.vectorize(jl)
+    else:
+        sch.unroll(ji)
     sch.decompose_reduction(main.block_rv, r_loops[0])
-    vectorize_tail(sch, epilogue, lanes)
+    vectorize_tail(sch, epilogue, tile.width or lanes)
     return True
 
 
