@@ -159,7 +159,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int) -> bool:
     # pass before a real contraction (its reduction loop must stay branch-free), but is inlined
     # into depthwise convs and pools, where every load is a vector along j anyway and a
     # separate pass would double the memory traffic.
-    per_channel = all(_uses(e, jvar) for read in block.reads for e in [r.min for r in read.region][-1:]
+    per_channel = all(any(_uses(r.min, jvar) for r in read.region) for read in block.reads
                       if any(_uses(r.min, it.var) for r in read.region for it in reduce))
     for producer in reversed(infos[:infos.index(main)]):
         if per_channel or not _has_condition(sch.get(producer.block_rv).body):
