@@ -33,16 +33,42 @@ def simd_lanes(target: tvm.target.Target) -> int:
     return 4
 
 
+def _try(rule: Rule, func: tirx.PrimFunc, target, lanes: int, variant: int = 0):
+    try:
+        return rule.apply(func, target, lanes, variant) if rule.variants > 1 else rule.apply(func, target, lanes)
+    except (ScheduleError, RuntimeError, ValueError) as err:  # TVM raises these
+        log.debug("rule %s failed on %s: %s", rule.name, func.attrs.get("global_symbol"), err)
+        return None
+
+
 def schedule_func(func: tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> tuple[tirx.PrimFunc, str | None]:
     """Schedule one PrimFunc with the first rule that takes it."""
     for rule in RULES:
-        try:
-            scheduled = rule.apply(func, target, lanes)
-            if scheduled is not None:
-                return scheduled.with_attr("hetc.schedule_rule", rule.name), rule.name
-        except (ScheduleError, RuntimeError, ValueError) as err:  # TVM raises these
-            log.debug("rule %s failed on %s: %s", rule.name, func.attrs.get("global_symbol"), err)
+        sch = _try(rule, func, target, lanes)
+        if sch is not None:
+            return sch.mod["main"].with_attr("hetc.schedule_rule", rule.name), rule.name
     return func, None
+
+
+def variants(func: tirx.PrimFunc, target: tvm.target.Target, limit: int = 4) -> list[tuple[str, object]]:
+    """The default schedule of ``func`` and up to ``limit - 1`` alternatives, as ``(name, Schedule)``.
+
+    The tuner measures these before its own search, so a tuned kernel is never slower than
+    the default one (up to measurement noise). Each Schedule carries its trace.
+    """
+    lanes = simd_lanes(target)
+    for rule in RULES:
+        first = _try(rule, func, target, lanes)
+        if first is None:
+            continue
+        found = [(f"{rule.name}/0", first)]
+        for k in range(1, min(limit, rule.variants)):
+            sch = _try(rule, func, target, lanes, k)
+            if sch is None:
+                break
+            found.append((f"{rule.name}/{k}", sch))
+        return found
+    return []
 
 
 def _without_unused_layout_hint(func: tirx.PrimFunc) -> tirx.PrimFunc:

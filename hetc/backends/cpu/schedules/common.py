@@ -22,15 +22,18 @@ MIN_PARALLEL_ITERATIONS = 4096
 
 @dataclass(frozen=True)
 class Rule:
-    """A default-schedule rule: ``apply(func, target, lanes) -> PrimFunc | None`` (None: not mine).
+    """A default-schedule rule: ``apply(func, target, lanes[, variant]) -> Schedule | None``.
 
-    ``lanes`` is the float32 SIMD width of ``target``. A rule may raise ``ScheduleError``
-    halfway: the caller then tries the next rule on the unchanged function.
+    None means "not mine". ``lanes`` is the float32 SIMD width of ``target``. A rule with
+    ``variants > 1`` takes ``variant`` (0 = its default choice) and returns its alternatives
+    (other register tiles) for the tuner to measure; past its last one it returns None. A rule
+    may raise ``ScheduleError`` halfway: the caller then tries the next rule.
     """
 
     name: str
     description: str
-    apply: Callable[[tirx.PrimFunc, Target, int], tirx.PrimFunc | None]
+    apply: Callable[..., Schedule | None]
+    variants: int = 1
 
 
 def normalized(func: tirx.PrimFunc) -> tuple[Schedule, list[SBlockInfo] | None]:

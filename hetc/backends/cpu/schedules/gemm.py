@@ -45,31 +45,34 @@ class Tile:
     width: int  # SIMD width the columns are vectorized by (0: not vectorized)
 
 
-def choose_tile(m: int, n: int, lanes: int, registers: int, inner: int = 1) -> Tile:
-    """Pick the register tile: most multiply-add lanes per load that fits the vector registers.
+def tile_candidates(m: int, n: int, lanes: int, registers: int, inner: int = 1) -> list[Tile]:
+    """Register tiles that fit, best first: most multiply-add lanes per load.
 
     ``rows`` must divide ``m`` and ``vj`` divide ``n`` (no predicated tails in the micro-kernel);
     the tile needs ``rows * vectors`` accumulators, ``vectors`` operand registers and one
     broadcast register. Columns that are not a multiple of the full SIMD width use half or
     quarter vectors (24 channels: three 8-wide vectors). ``m`` fuses several axes, the innermost
     of extent ``inner``: rows must divide it or be a multiple of it, so that a tile is a box in
-    the unfused axes.
+    the unfused axes. The tuner measures the first few; the default schedule takes the first.
     """
-    best, best_score = None, -1.0
+    scored = []
     for width in (w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and n % w == 0):
         for vj in (v * width for v in (4, 3, 2, 1) if n % (v * width) == 0):
             vectors = vj // width
             for rows in range(1, min(m, MAX_ROWS) + 1):
                 if m % rows or rows * vectors + vectors + 1 > registers or (inner % rows and rows % inner):
                     continue
-                score = rows * vectors * width / (rows + vectors)  # multiply-add lanes per load
-                if score > best_score + 1e-9:
-                    best, best_score = Tile(rows, vj, width), score
-    if best is None:  # odd column count: a scalar tile over a divisor of n
+                scored.append((-rows * vectors * width / (rows + vectors), -vj, Tile(rows, vj, width)))
+    if not scored:  # odd column count: a scalar tile over a divisor of n
         vj = max(d for d in range(1, min(n, 2 * lanes) + 1) if n % d == 0)
         rows = max(r for r in range(1, min(m, 4) + 1) if m % r == 0 and (inner % r == 0 or r % inner == 0))
-        best = Tile(rows, vj, 0)
-    return best
+        return [Tile(rows, vj, 0)]
+    return [tile for *_, tile in sorted(scored, key=lambda t: t[:2])]
+
+
+def choose_tile(m: int, n: int, lanes: int, registers: int, inner: int = 1) -> Tile:
+    """The default schedule's register tile (the best-scored candidate)."""
+    return tile_candidates(m, n, lanes, registers, inner)[0]
 
 
 def _plain_index(indices, var: tirx.Var) -> int | None:
@@ -94,14 +97,15 @@ def _panel_map(pos: int, vj: int):
     return index_map
 
 
-def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> tirx.PrimFunc | None:
+def apply(func: tirx.PrimFunc, target: Target, lanes: int, variant: int = 0) -> Schedule | None:
+    """Schedule with the ``variant``-th best register tile (None: not a contraction, or no such tile)."""
     sch, infos = normalized(func)
-    if infos is None or not _schedule(sch, infos, lanes):
+    if infos is None or not _schedule(sch, infos, lanes, variant):
         return None
-    return sch.mod["main"]
+    return sch
 
 
-def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int) -> bool:
+def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) -> bool:
     reductions = [b for b in infos if b.is_reduction()]
     if len(reductions) != 1:
         return False
@@ -146,8 +150,10 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int) -> bool:
     batch = [it for it in spatial[:-1] if any(_uses(e, it.var) for ind in shared for e in ind)]
     rows_axes = [it for it in spatial[:-1] if it not in batch]
     m = math.prod(it.dom for it in rows_axes)
-    tile = choose_tile(m, j.dom, lanes, 32 if lanes >= 16 else 16,
-                       rows_axes[-1].dom if rows_axes else 1)
+    tiles = tile_candidates(m, j.dom, lanes, 32 if lanes >= 16 else 16, rows_axes[-1].dom if rows_axes else 1)
+    if variant >= len(tiles):
+        return False
+    tile = tiles[variant]
 
     # Weights: [.., j, ..] -> [j // vj, .., j % vj], done once at compile time.
     for idx, pos in packs:
@@ -207,4 +213,5 @@ def _has_condition(stmt) -> bool:
     return "if_then_else" in stmt.script() or "T.if_then_else" in str(stmt)
 
 
-RULE = Rule("contraction", "register-blocked micro-kernel for matmul/conv/pool (packed weights)", apply)
+RULE = Rule("contraction", "register-blocked micro-kernel for matmul/conv/pool (packed weights)", apply,
+            variants=8)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 
 from tvm import tirx
-from tvm.s_tir import ScheduleError
+from tvm.s_tir import Schedule, ScheduleError
 from tvm.target import Target
 
 from .common import MIN_PARALLEL_ITERATIONS, Rule, normalized, schedule_spatial
 
 
-def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> tirx.PrimFunc | None:
+def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
     del target
     sch, infos = normalized(func)
     if infos is None:
@@ -26,7 +26,7 @@ def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> tirx.PrimFunc | No
             _schedule_block(sch, info, lanes)
         except ScheduleError:
             continue  # a failed primitive leaves the schedule as it was; the block stays serial
-    return sch.mod["main"]
+    return sch
 
 
 def _schedule_block(sch, info, lanes: int) -> None:

@@ -7,6 +7,7 @@ row under that loop and vectorizes the injective blocks.
 from __future__ import annotations
 
 from tvm import tirx
+from tvm.s_tir import Schedule
 from tvm.s_tir.dlight.cpu import Reduction
 from tvm.target import Target
 
@@ -33,14 +34,14 @@ def _reduces_rows(func: tirx.PrimFunc) -> bool:
     return True
 
 
-def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> tirx.PrimFunc | None:
+def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
     del lanes
     if not _reduces_rows(func):
         return None
     result = Reduction().apply(func, target, False)
     if isinstance(result, list):
         result = result[0] if result else None
-    return None if result is None else result.mod["main"]
+    return result
 
 
 RULE = Rule("row-reduction", "softmax/layer-norm style rows: parallel rows, vectorized elementwise (dlight)",
