@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 from .errors import HetcError  # noqa: E402
 
-__all__ = ["CompiledModel", "HetcError", "__version__", "compile", "load"]
+__all__ = ["CompiledModel", "HetcError", "__version__", "compile", "load", "tune"]
 
 
 def __getattr__(name: str):
@@ -13,4 +13,8 @@ def __getattr__(name: str):
         from . import api
 
         return getattr(api, name)
+    if name == "tune":
+        from .tuning import tune
+
+        return tune
     raise AttributeError(f"module 'hetc' has no attribute {name!r}")

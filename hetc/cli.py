@@ -104,11 +104,14 @@ shape_option = click.option("--input-shape", "input_shapes", multiple=True, meta
 @shape_option
 @click.option("--constant-input", "constant_inputs", multiple=True, metavar="NAME=FILE.npy",
               help="Freeze an input to the array in FILE.npy (repeatable): axes, pads, shapes.")
-@click.option("--layout", type=click.Choice(["NHWC"]), default=None, help="Convert conv layouts.")
+@click.option("--layout", type=click.Choice(["NHWC", "NCHW"]), default=None,
+              help="Conv layout (default: the target's preferred one; NHWC on the CPU).")
 @click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all cores).")
+@click.option("--db", "database", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Tuning database written by `hetc tune`: use its best schedules.")
 @click.option("-v", "--verbose", is_flag=True, help="Print the pass pipeline table.")
 def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_inputs, layout, threads: int,
-                verbose: bool) -> None:
+                database: Path | None, verbose: bool) -> None:
     """Compile MODEL (ONNX) into an artifact directory."""
     from . import api
     from .runtime.artifact import check_output_path
@@ -116,9 +119,13 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
     shapes = _shapes(input_shapes)
     constants = _constants(constant_inputs)
     check_output_path(output.absolute())  # fail before compiling, not after
+    if database is not None:
+        from .tuning.database import read_metadata
+
+        read_metadata(database, None)  # a clear error now; the target is checked when it is applied
     start = time.perf_counter()
     compiled = api.compile(model, target=target, input_shapes=shapes, layout=layout, num_threads=threads,
-                           constant_inputs=constants)
+                           constant_inputs=constants, database=database)
     out = compiled.save(output)
     if verbose:
         console.print(_stage_table(compiled.report))
@@ -272,6 +279,44 @@ def list_cmd(what: str, opset: int | None) -> None:
             console.print(table)
 
 
+@cli.command("tune")
+@click.argument("model", type=click.Path(path_type=Path))
+@target_option
+@click.option("--trials", required=True, type=click.IntRange(min=1), metavar="N",
+              help="Total trials for the model (trials already in the database count).")
+@click.option("--db", "database", required=True, type=click.Path(path_type=Path), metavar="DIR",
+              help="Tuning database directory: created, or resumed if it exists.")
+@click.option("--max-trials-per-task", type=click.IntRange(min=1), default=64, show_default=True, metavar="N",
+              help="Cap on the trials of one task.")
+@shape_option
+@click.option("--constant-input", "constant_inputs", multiple=True, metavar="NAME=FILE.npy",
+              help="Freeze an input, as for `hetc compile` (give the same ones to both).")
+@click.option("--layout", type=click.Choice(["NHWC", "NCHW"]), default=None,
+              help="Conv layout, as for `hetc compile` (give the same one to both).")
+@click.option("--threads", type=click.IntRange(min=0), default=0,
+              help="Threads the kernels are measured with (0 = all cores).")
+def tune_cmd(model: Path, target: str, trials: int, database: Path, max_trials_per_task: int, input_shapes,
+             constant_inputs, layout, threads: int) -> None:
+    """Auto-tune MODEL's kernels (MetaSchedule, XGBoost cost model) into a database for `compile --db`."""
+    from .tuning import tune
+
+    result = tune(model, target=target, trials=trials, database=database, input_shapes=_shapes(input_shapes),
+                  max_trials_per_task=max_trials_per_task, layout=layout, num_threads=threads,
+                  constant_inputs=_constants(constant_inputs), progress=console)
+    tasks = len(result.tasks)
+    if not result.trials_added:
+        console.print(f"{result.model}: the database holds {result.trials} trials for its {tasks} task(s); "
+                      f"nothing to tune for --trials {trials} (raise it to tune more) -> {database}",
+                      soft_wrap=True)
+        return
+    latency = result.estimated_latency
+    measured = sum(1 for t in result.tasks if t.best_seconds is not None)
+    console.print(f"tuned {result.model} for {result.target}: {result.trials_added} new trials, {result.trials} in "
+                  f"the database; estimated model latency {'-' if latency is None else f'{latency * 1e6:,.1f} us'} "
+                  f"({measured} of {tasks} tasks measured); {result.seconds:.0f} s "
+                  f"({result.seconds_per_trial:.1f} s/trial) -> {database}", soft_wrap=True)
+
+
 @cli.command("bench")
 @click.argument("model", type=click.Path(path_type=Path))
 @target_option
@@ -281,12 +326,19 @@ def list_cmd(what: str, opset: int | None) -> None:
 @click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True, help="Timed runs of each.")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the results as JSON.")
-def bench_cmd(model: Path, target: str, input_shapes, inputs_path, repeat: int, warmup: int, json_path) -> None:
+@click.option("--db", "database", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Tuning database written by `hetc tune`: benchmark the tuned model.")
+def bench_cmd(model: Path, target: str, input_shapes, inputs_path, repeat: int, warmup: int, json_path,
+              database: Path | None) -> None:
     """Median latency of hetc and onnxruntime on MODEL, measured alternately in one process."""
     from . import api
     from .benchmark import compare_with_onnxruntime, random_inputs
 
-    compiled = api.compile(model, target=target, input_shapes=_shapes(input_shapes))
+    if database is not None:
+        from .tuning.database import read_metadata
+
+        read_metadata(database, None)
+    compiled = api.compile(model, target=target, input_shapes=_shapes(input_shapes), database=database)
     inputs = _load_npz(inputs_path) if inputs_path else random_inputs(compiled.manifest.inputs)
     measured = compare_with_onnxruntime(model, compiled, inputs, repeat, warmup)
     results, ratio = measured["results"], measured["hetc_over_ort"]

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import tvm
 from tvm import relax
 
-from ..errors import CompileError
+from ..errors import CompileError, HetcError
 from ..native_log import release_frames
 
 
@@ -71,6 +71,8 @@ def run_pipeline(mod: tvm.IRModule, stages: Sequence[Stage]) -> tuple[tvm.IRModu
         try:
             with tvm.transform.PassContext(opt_level=3):
                 mod = stage.make()(mod)
+        except HetcError:
+            raise  # already a one-line, user-facing error (a bad tuning database, ...)
         except Exception as err:
             first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
             release_frames(err)

@@ -71,6 +71,11 @@ def variants(func: tirx.PrimFunc, target: tvm.target.Target, limit: int = 4) -> 
     return []
 
 
+def _scheduled(func: tirx.PrimFunc) -> bool:
+    """Scheduled already: by a tuning record (MetaScheduleApplyDatabase sets ``tirx.is_scheduled``)."""
+    return bool(func.attrs) and any(bool(func.attrs.get(k, False)) for k in ("tir.is_scheduled", "tirx.is_scheduled"))
+
+
 def _without_unused_layout_hint(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """Drop ``layout_free_buffers`` where no weight gets packed: SplitLayoutRewritePreproc
     rejects some kernels that carry it (opaque scatter loops) even with nothing to split."""
@@ -90,7 +95,7 @@ def default_schedule_pass(target: tvm.target.Target) -> tvm.transform.Pass:
         for gv, func in mod.functions.items():
             if not isinstance(func, tirx.PrimFunc):
                 continue
-            if not (func.attrs and func.attrs.get("tir.is_scheduled")):
+            if not _scheduled(func):
                 func, name = schedule_func(func, target, lanes)
                 counts[name or "none"] += 1
             updates[gv] = _without_unused_layout_hint(func).with_attr("tir.is_scheduled", True)

@@ -1,0 +1,402 @@
+"""The on-disk tuning database: a directory that ``hetc tune`` writes and ``hetc compile --db`` reads.
+
+Layout of a database directory::
+
+    hetc-tuning.json              marker and metadata: format version, target, hetc/TVM versions, runs
+    database_workload.json        MetaSchedule JSONDatabase: one workload (a PrimFunc) per line
+    database_tuning_record.json   MetaSchedule JSONDatabase: one measured schedule (trial) per line
+    defaults_workload.json        the same, for the backend's default schedules measured before
+    defaults_tuning_record.json     the search (kept apart: MetaSchedule's search cannot start from them)
+    logs/tuning.log               MetaSchedule's own log of the searches
+    .lock                         held (flock) while a ``hetc tune`` writes the directory
+
+MetaSchedule appends one line per record and flushes it, so a killed run keeps every record
+written before the kill. A kill in the middle of a write leaves a torn last line, which
+MetaSchedule itself would refuse to load: ``open_for_tuning`` drops it (or completes the
+newline when the JSON is whole) before loading, and ``load_best`` skips it without writing.
+Any other damage (a bad line in the middle, a record naming a workload that does not exist)
+is reported as damaged beyond repair rather than guessed around.
+
+Records are keyed by the PrimFunc's structure, not by the model, so one database can hold
+several models' tasks; a task shared by two models reuses the other's trials.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import datetime
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from .. import __version__
+from ..errors import UsageError
+
+log = logging.getLogger(__name__)
+
+MARKER = "hetc-tuning.json"
+WORKLOADS = "database_workload.json"
+RECORDS = "database_tuning_record.json"
+DEFAULT_WORKLOADS = "defaults_workload.json"
+DEFAULT_RECORDS = "defaults_tuning_record.json"
+PAIRS = ((WORKLOADS, RECORDS), (DEFAULT_WORKLOADS, DEFAULT_RECORDS))  # (workloads, records) files
+LOG_DIR = "logs"
+LOCK = ".lock"
+FORMAT = "hetc-tuning-database"
+VERSION = 1
+MODULE_EQUALITY = "structural"  # how a PrimFunc is matched to its records (same as TVM's default)
+FAILED_SECONDS = 1e9  # MetaSchedule stores failed trials with run_secs = [1e10]
+
+# Target attributes that decide whether a schedule is valid and fast: a database tuned for
+# another CPU (mcpu) is rejected. num-cores is left out: a tuned kernel runs correctly, with
+# its parallel loops, on any number of threads.
+_TARGET_KEYS = ("kind", "mcpu", "mtriple", "mattr", "mabi", "arch")
+
+
+def target_summary(target: tvm.target.Target) -> dict:
+    """The attributes of ``target`` that a database must match (JSON-friendly)."""
+    exported = json.loads(str(target))
+    return {k: exported[k] for k in _TARGET_KEYS if exported.get(k) not in (None, "", [], ())}
+
+
+def _describe(summary: dict) -> str:
+    return " ".join([summary.get("kind", "?")] + [f"{k}={v}" for k, v in summary.items() if k != "kind"])
+
+
+def _tvm_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def new_metadata(target: tvm.target.Target) -> dict:
+    now = _now()
+    return {"format": FORMAT, "version": VERSION, "target": target_summary(target), "target_full": str(target),
+            "hetc_version": __version__, "tvm_version": tvm.__version__, "created": now, "updated": now,
+            "runs": []}
+
+
+def _check_directory(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"tuning database {path} is a file; --db takes a directory")
+
+
+def read_metadata(path: Path, target: tvm.target.Target | None) -> dict:
+    """Validate that ``path`` is a hetc tuning database (for ``target``, when given); return its metadata."""
+    _check_directory(path)
+    if not path.exists():
+        raise UsageError(f"tuning database {path}: no such directory (create one with `hetc tune --db {path}`)")
+    marker = path / MARKER
+    if not marker.is_file():
+        raise UsageError(f"{path} is not a hetc tuning database (no {MARKER}); "
+                         "pass the directory that `hetc tune --db` wrote")
+    try:
+        meta = json.loads(marker.read_text())
+    except (OSError, ValueError) as err:
+        raise UsageError(f"tuning database {path}: {MARKER} is unreadable ({err}); "
+                         "the database is damaged beyond repair") from err
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise UsageError(f"{path} is not a hetc tuning database ({MARKER} has another format)")
+    if not isinstance(meta.get("version"), int) or meta["version"] > VERSION:
+        raise UsageError(f"tuning database {path} has format version {meta.get('version')}; this hetc "
+                         f"reads version {VERSION}: upgrade hetc or re-tune")
+    written_by = str(meta.get("tvm_version", "?"))
+    if _tvm_minor(written_by) != _tvm_minor(tvm.__version__):
+        raise UsageError(f"tuning database {path} was written with TVM {written_by}; this hetc uses TVM "
+                         f"{tvm.__version__}, whose schedules may differ: re-tune into a new --db")
+    if target is not None:
+        want = target_summary(target)
+        have = meta.get("target", {})
+        if have != want:
+            raise UsageError(f"tuning database {path} was tuned for {_describe(have)}, not for this target "
+                             f"({_describe(want)}); re-tune on this machine into another --db")
+    return meta
+
+
+def write_metadata(path: Path, meta: dict) -> None:
+    meta["updated"] = _now()
+    _write_json_atomic(path / MARKER, meta)
+
+
+# --------------------------------------------------------------------------------------------
+# Torn lines
+
+
+@dataclass
+class Repair:
+    """What opening a database fixed: whole lines dropped or completed, per file."""
+
+    dropped: dict[str, int]  # file name -> bytes of a torn last line that were dropped
+    completed: list[str]  # files whose last line was whole JSON but lacked its newline
+
+    def __bool__(self) -> bool:
+        return bool(self.dropped or self.completed)
+
+    def describe(self) -> str:
+        parts = [f"dropped a torn last line ({n} bytes) of {name}" for name, n in self.dropped.items()]
+        parts += [f"completed the last line of {name}" for name in self.completed]
+        return "; ".join(parts)
+
+
+def _split_torn(data: bytes) -> tuple[bytes, bytes]:
+    """``data`` -> (complete lines, torn tail without a newline)."""
+    if not data or data.endswith(b"\n"):
+        return data, b""
+    cut = data.rfind(b"\n") + 1
+    return data[:cut], data[cut:]
+
+
+def _is_json(raw: bytes) -> bool:
+    try:
+        json.loads(raw)
+        return True
+    except ValueError:
+        return False
+
+
+def _parse_lines(path: Path, data: bytes) -> list:
+    rows = []
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            raise UsageError(f"tuning database {path.parent}: line {number} of {path.name} is not valid JSON; "
+                             "the database is damaged beyond repair (only a torn last line can be dropped)"
+                             ) from None
+    return rows
+
+
+def repair(path: Path) -> Repair:
+    """Fix torn last lines of the two record files in place (the caller holds the lock)."""
+    result = Repair({}, [])
+    for name in (n for pair in PAIRS for n in pair):
+        file = path / name
+        if not file.is_file():
+            continue
+        whole, torn = _split_torn(file.read_bytes())
+        if not torn:
+            continue
+        with open(file, "r+b") as f:
+            if _is_json(torn):  # killed between the line and its newline: keep the record
+                f.seek(0, os.SEEK_END)
+                f.write(b"\n")
+                result.completed.append(name)
+            else:
+                f.truncate(len(whole))
+                result.dropped[name] = len(torn)
+            f.flush()
+            os.fsync(f.fileno())
+    if result:
+        log.warning("tuning database %s: %s", path, result.describe())
+    return result
+
+
+def _validate(path: Path, workloads: list, records: list, name: str = RECORDS) -> None:
+    for number, row in enumerate(records, 1):
+        if not (isinstance(row, list) and len(row) == 2 and isinstance(row[0], int)
+                and 0 <= row[0] < len(workloads)):
+            raise UsageError(f"tuning database {path}: record {number} of {name} names no known workload; "
+                             "the database is damaged beyond repair")
+
+
+# --------------------------------------------------------------------------------------------
+# Opening
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the database for one ``hetc tune`` at a time."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover (not POSIX): no locking
+        yield
+        return
+    with open(path / LOCK, "a+") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"tuning database {path} is in use by another `hetc tune`; wait for it or "
+                             "use another --db") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+@dataclass
+class OpenDatabase:
+    """A database opened for tuning: the MetaSchedule database plus hetc's metadata."""
+
+    path: Path
+    db: ms.database.Database  # the search's trials
+    defaults: ms.database.Database  # the default schedules measured before the search
+    meta: dict
+    repaired: Repair
+
+    def trial_counts(self, workloads: list[ms.database.Workload]) -> list[int]:
+        """Trials (records, failed ones included) stored for each of ``workloads`` (the search's
+        workloads, from ``db.commit_workload``), default schedules included.
+
+        The JSON database hands out one Workload object per workload, shared by its records,
+        so counting by object identity is exact; the defaults are matched by structure.
+        """
+        counts = collections.Counter(r.workload for r in self.db.get_all_tuning_records())
+        counts.update(r.workload for r in self.defaults.get_all_tuning_records())
+        return [counts.get(w, 0) + (counts.get(self.defaults.commit_workload(w.mod), 0)
+                                    if self.defaults.has_workload(w.mod) else 0) for w in workloads]
+
+    def save_metadata(self) -> None:
+        write_metadata(self.path, self.meta)
+
+
+def check_tuning_path(path: Path) -> None:
+    """Fail early if ``path`` cannot become or be a tuning database: a file, or a non-empty
+    directory that is not one (the target and the records are checked when it is opened)."""
+    _check_directory(path)
+    if path.is_dir() and not (path / MARKER).exists() and any(p.name != LOCK for p in path.iterdir()):
+        raise UsageError(f"{path} is not a hetc tuning database (no {MARKER}) and is not empty; "
+                         "choose a new or empty directory for --db")
+
+
+@contextlib.contextmanager
+def open_for_tuning(path: str | os.PathLike, target: tvm.target.Target) -> Iterator[OpenDatabase]:
+    """Create or reopen the database at ``path`` for ``target``, locked, torn lines repaired."""
+    path = Path(path)
+    check_tuning_path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot create tuning database {path}: {err.strerror}") from err
+    with _lock(path):
+        if (path / MARKER).exists():
+            meta = read_metadata(path, target)
+        else:
+            meta = new_metadata(target)
+            write_metadata(path, meta)
+        fixed = repair(path)
+        dbs = []
+        for workload_file, record_file in PAIRS:
+            workloads = _parse_lines(path / workload_file, _read(path / workload_file))
+            _validate(path, workloads, _parse_lines(path / record_file, _read(path / record_file)), record_file)
+            try:
+                dbs.append(ms.database.JSONDatabase(str(path / workload_file), str(path / record_file),
+                                                    allow_missing=True, module_equality=MODULE_EQUALITY))
+            except Exception as err:  # TVM raises its own error types for records it cannot replay
+                raise UsageError(f"tuning database {path} cannot be loaded ({_first_line(err)}); "
+                                 "the database is damaged beyond repair") from err
+        yield OpenDatabase(path, dbs[0], dbs[1], meta, fixed)
+
+
+def _read(file: Path) -> bytes:
+    return file.read_bytes() if file.is_file() else b""
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(err).__name__
+
+
+def load_best(path: str | os.PathLike, target: tvm.target.Target) -> tuple[ms.database.Database, int]:
+    """Read-only: the best valid record of every workload, in memory; returns (database, workloads).
+
+    Never writes to ``path``: a torn last line (for instance from a ``hetc tune`` still running)
+    is skipped, not repaired.
+    """
+    path = Path(path)
+    read_metadata(path, target)
+    db = ms.database.MemoryDatabase(module_equality=MODULE_EQUALITY)
+    count = 0
+    for workload_file, record_file in PAIRS:  # the best of each file; the query picks the faster
+        workload_rows = _parse_lines(path / workload_file, _split_torn(_read(path / workload_file))[0])
+        record_rows = _parse_lines(path / record_file, _split_torn(_read(path / record_file))[0])
+        _validate(path, workload_rows, record_rows, record_file)
+        best: dict[int, tuple[float, list]] = {}
+        for index, record in record_rows:
+            secs = _mean_seconds(record)
+            if secs is not None and (index not in best or secs < best[index][0]):
+                best[index] = (secs, record)
+        try:
+            for index, (_, record) in best.items():
+                workload = db.commit_workload(ms.database.Workload.from_json(workload_rows[index]).mod)
+                db.commit_tuning_record(ms.database.TuningRecord.from_json(record, workload))
+        except Exception as err:  # TVM's own error types
+            raise UsageError(f"tuning database {path} cannot be loaded ({_first_line(err)}); "
+                             "the database is damaged beyond repair") from err
+        count = max(count, len(best))
+    return db, count
+
+
+def _mean_seconds(record) -> float | None:
+    """Mean run time of a record's JSON ``[trace, run_secs, target, args_info]``; None if it failed."""
+    try:
+        secs = [float(s) for s in record[1]]
+    except (TypeError, ValueError, IndexError):
+        return None
+    if not secs or max(secs) >= FAILED_SECONDS:
+        return None
+    return sum(secs) / len(secs)
+
+
+def count_records(path: str | os.PathLike) -> int:
+    """Number of complete trial records in a database directory (for reports and tests)."""
+    return sum(1 for name in (RECORDS, DEFAULT_RECORDS)
+               for line in _split_torn(_read(Path(path) / name))[0].splitlines() if line.strip())
+
+
+# --------------------------------------------------------------------------------------------
+# Applying
+
+
+def tuned_functions(mod: tvm.IRModule) -> list[str]:
+    """Names of the PrimFuncs of ``mod`` that carry a tuned schedule (``tirx.is_scheduled``)."""
+    return sorted(gv.name_hint for gv, func in mod.functions.items()
+                  if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None
+                  and bool(func.attrs.get("tirx.is_scheduled", False)))
+
+
+def apply_database_pass(path: str | os.PathLike, target: tvm.target.Target) -> tvm.transform.Pass:
+    """A pass that gives every PrimFunc with a record in the database at ``path`` its best schedule.
+
+    The database is opened and validated here, not when the pass runs: a missing directory, a
+    directory that is not a hetc tuning database, one tuned for another target, or one damaged
+    beyond repair raises ``UsageError``. TVM marks the PrimFuncs it gives a record's schedule
+    ``tirx.is_scheduled``; this pass also marks them ``tir.is_scheduled``, the attribute hetc's
+    default schedules (which run afterwards) skip. The other PrimFuncs keep their default schedule.
+    """
+    db, _ = load_best(path, target)
+
+    @tvm.transform.module_pass(opt_level=0, name="HetcApplyTuningDatabase")
+    def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        already = set(tuned_functions(mod))
+        with target, db:
+            mod = tvm.relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+        applied = [name for name in tuned_functions(mod) if name not in already]
+        for name in applied:
+            gv = mod.get_global_var(name)
+            mod[gv] = mod[gv].with_attr("tir.is_scheduled", True)
+        log.info("tuning database %s: tuned schedules for %d PrimFunc(s): %s", path, len(applied),
+                 ", ".join(applied) or "-")
+        return mod
+
+    return apply

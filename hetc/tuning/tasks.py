@@ -1,0 +1,105 @@
+"""Tuning tasks: which targets can be tuned, and the tasks of a model with their weights.
+
+A task is one distinct PrimFunc of the module after fusion (the backend's
+``pre_schedule_stages``), the unit MetaSchedule searches schedules for. Its *weight* is how many
+times the model calls it (structurally equal PrimFuncs are one task), and its *cost*,
+``weight x max(FLOPs, elements read and written)``, estimates its share of the model's run time
+for the budget (``hetc.tuning.budget``): FLOPs for compute-bound kernels, memory traffic for
+layout changes and other element-wise kernels.
+
+Tunable targets are registered explicitly in ``TUNABLE`` (one entry per backend that can apply
+a tuning database: its pre-schedule stages and its TVM target).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from ..errors import UsageError
+from ..options import CompileOptions
+from ..passes.pipeline import Stage
+
+
+@dataclass(frozen=True)
+class TuningSupport:
+    """What tuning needs from a backend."""
+
+    pre_schedule_stages: Callable[[CompileOptions], list[Stage]]  # the module tasks come from
+    tvm_target: Callable[[CompileOptions], tvm.target.Target]  # the target tasks are tuned for
+    # (PrimFunc, target, limit) -> [(name, traced Schedule)]: the backend's default schedule and
+    # its alternatives, measured before the search so a tuned kernel never loses to the default
+    default_schedules: Callable[..., list] | None = None
+
+
+def _cpu() -> TuningSupport:
+    from ..backends.cpu.codegen import llvm_target
+    from ..backends.cpu.pipeline import pre_schedule_stages
+    from ..backends.cpu.schedules import variants
+
+    return TuningSupport(pre_schedule_stages, llvm_target, variants)
+
+
+# target name -> factory (imports the backend only when that target is tuned)
+TUNABLE: dict[str, Callable[[], TuningSupport]] = {"cpu": _cpu}
+
+
+def tuning_support(target_name: str) -> TuningSupport:
+    try:
+        return TUNABLE[target_name]()
+    except KeyError:
+        raise UsageError(f"target '{target_name}' cannot be tuned yet; tuning supports: "
+                         f"{', '.join(TUNABLE)}") from None
+
+
+@dataclass
+class Task:
+    """One tuning task."""
+
+    name: str  # the PrimFunc's name in the module (the first one, when several share the task)
+    weight: int  # calls per model run
+    flops: float  # per call
+    elements: int  # elements of all buffer parameters (read + written) per call
+    mod: tvm.IRModule  # the workload MetaSchedule tunes and the database is keyed by
+
+    @property
+    def cost(self) -> float:
+        return self.weight * max(self.flops, float(self.elements))
+
+
+def _elements(mod: tvm.IRModule) -> int:
+    total = 0
+    for func in mod.functions.values():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            for param in func.params:  # buffer parameters carry their shape (scalars do not)
+                try:
+                    shape = list(param.shape)
+                except (AttributeError, RuntimeError, TypeError):
+                    continue
+                total += math.prod(int(d) if isinstance(d, int | tvm.tirx.IntImm) else 1 for d in shape)
+    return total
+
+
+def _flops(mod: tvm.IRModule) -> float:
+    try:
+        return float(tvm.s_tir.analysis.estimate_tir_flops(mod))
+    except Exception:  # noqa: BLE001 - symbolic extents and the like: fall back to memory traffic
+        return 0.0
+
+
+def extract(mod: tvm.IRModule, target: tvm.target.Target) -> list[Task]:
+    """The tasks of a fused module, most expensive first (already-scheduled PrimFuncs are left out)."""
+    tasks = []
+    for extracted in ms.relax_integration.extract_tasks(mod, target, module_equality="structural"):
+        workload = extracted.dispatched[0]
+        func = next(iter(workload.functions.values()))
+        if func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False)):
+            continue
+        tasks.append(Task(extracted.task_name, int(extracted.weight), _flops(workload), _elements(workload),
+                          workload))
+    tasks.sort(key=lambda t: -t.cost)
+    return tasks

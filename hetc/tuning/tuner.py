@@ -1,0 +1,209 @@
+"""``hetc.tune``: load a model, extract its tasks, spend the trial budget, keep the database.
+
+    result = hetc.tune("model.onnx", target="cpu", trials=500, database="model.tuning")
+    model = hetc.compile("model.onnx", target="cpu", database="model.tuning")
+
+Tuning again with the same database resumes: trials already stored count towards ``trials``,
+and only the difference is spent (see ``hetc.tuning.budget``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+from ..errors import UsageError
+from ..frontends.onnx.loader import ModelSource
+from ..native_log import filtered_stderr
+from ..options import CompileOptions
+
+DEFAULT_MAX_TRIALS_PER_TASK = 64
+DEFAULT_VARIANTS = 4  # a task's first trials: the default schedule and 3 alternatives (cpu.md)
+
+
+@dataclass
+class TaskResult:
+    name: str
+    weight: int  # calls per model run
+    flops: float  # per call
+    budget: int  # trials this task is allocated for the requested total
+    trials_before: int  # trials in the database before this run
+    trials_added: int  # trials this run measured
+    best_seconds: float | None  # best measured mean run time, None if no trial succeeded
+
+    @property
+    def trials(self) -> int:
+        return self.trials_before + self.trials_added
+
+
+@dataclass
+class TuneResult:
+    """What a tuning run did; ``estimated_latency`` is sum(weight x best) over measured tasks."""
+
+    model: str
+    target: str
+    database: str
+    trials_requested: int
+    max_trials_per_task: int
+    tasks: list[TaskResult] = field(default_factory=list)
+    seconds: float = 0.0
+    repaired: str = ""  # what opening the database repaired, if anything
+
+    @property
+    def trials_added(self) -> int:
+        return sum(t.trials_added for t in self.tasks)
+
+    @property
+    def trials(self) -> int:
+        return sum(t.trials for t in self.tasks)
+
+    @property
+    def estimated_latency(self) -> float | None:
+        known = [t for t in self.tasks if t.best_seconds is not None]
+        return sum(t.weight * t.best_seconds for t in known) if known else None
+
+    @property
+    def seconds_per_trial(self) -> float | None:
+        return self.seconds / self.trials_added if self.trials_added else None
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data.update(trials_added=self.trials_added, trials=self.trials, estimated_latency=self.estimated_latency)
+        return data
+
+
+def _check_counts(trials, max_trials_per_task) -> None:
+    for name, value in (("trials", trials), ("max_trials_per_task", max_trials_per_task)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise UsageError(f"{name} must be a whole number >= 1, got {value!r}")
+
+
+def tune(
+    model: ModelSource,
+    target: str | Sequence[str] = "cpu",
+    trials: int = 0,
+    database: str | os.PathLike | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    *,
+    max_trials_per_task: int = DEFAULT_MAX_TRIALS_PER_TASK,
+    layout: str | None = None,
+    num_threads: int = 0,
+    base_dir: str | os.PathLike | None = None,
+    constant_inputs: Mapping[str, np.ndarray] | None = None,
+    progress: bool | Console = True,
+) -> TuneResult:
+    """Tune ``model``'s kernels for ``target`` with MetaSchedule; records go to ``database``.
+
+    ``trials`` is the total for the model: trials the database already holds for its tasks
+    count, so running again with the same ``database`` resumes and a larger ``trials`` tops it
+    up. Each task gets at most ``max_trials_per_task``. ``input_shapes``, ``layout`` and
+    ``constant_inputs`` must be the ones later given to ``hetc.compile``: they change the
+    kernels, and records only apply to identical kernels. ``progress`` prints a live table on
+    a terminal and one line per task otherwise (``False``: silent; a rich ``Console``: print there).
+    """
+    from ..api import _check_supported
+    from ..frontends.onnx import load_model, to_relax
+    from ..graph import build_opgraph
+    from ..passes import run_pipeline
+    from ..targets import TargetKind, parse_targets
+    from . import database as dbm
+    from .budget import allocate, remaining
+    from .progress import TaskProgress, TuningProgress
+    from .search import Search, StopRequest, host_tensor_intrinsics, metaschedule_log
+    from .tasks import extract, tuning_support
+
+    _check_counts(trials, max_trials_per_task)
+    if database is None:
+        raise UsageError("tuning needs a database directory (--db DIR / database=DIR) to store its trials")
+    db_path = Path(database)
+    dbm.check_tuning_path(db_path)
+    targets = parse_targets(target)
+    if len(targets) != 1 or targets[0].kind is not TargetKind.TVM_NATIVE:
+        raise UsageError(f"tuning takes one target, got '{','.join(t.name for t in targets)}'")
+    tgt = targets[0]
+    support = tuning_support(tgt.name)
+    options = CompileOptions((tgt.name,), {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout,
+                             num_threads)
+    console = progress if isinstance(progress, Console) else (Console(highlight=False) if progress else None)
+    start = time.perf_counter()
+
+    with filtered_stderr():
+        loaded = load_model(model, options.input_shapes, base_dir, constant_inputs)
+        mod = to_relax(loaded)
+        _check_supported(build_opgraph(mod, targets), tgt)
+        mod, _ = run_pipeline(mod, support.pre_schedule_stages(options))
+    tvm_target = support.tvm_target(options)
+    tasks = extract(mod, tvm_target)
+    result = TuneResult(Path(loaded.name).name, tgt.name, str(db_path), int(trials), int(max_trials_per_task))
+
+    with dbm.open_for_tuning(db_path, tvm_target) as db:
+        result.repaired = db.repaired.describe()
+        workloads = [db.db.commit_workload(t.mod) for t in tasks]
+        before = db.trial_counts(workloads)
+        allocation = allocate([t.cost for t in tasks], int(trials), int(max_trials_per_task))
+        budgets = remaining(allocation, before, int(trials))
+        best = [_best(db, w) for w in workloads]
+        states = [TaskProgress(t.name, t.weight, t.flops, n, b, s)
+                  for t, n, b, s in zip(tasks, before, budgets, best)]
+        shown = TuningProgress(states, console)
+        run = {"model": result.model, "started": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"), "trials_requested": int(trials), "max_trials_per_task": int(max_trials_per_task),
+            "complete": False}
+        try:
+            shown.begin()
+            if any(budgets):
+                stop = StopRequest(
+                    lambda: shown.note("stopping after the round in flight, keeping its trials "
+                                       "(Ctrl-C again to stop now and lose them)"),
+                    lambda: (shown.end(), shown.note("stopped now; the round in flight is lost")))
+                with host_tensor_intrinsics(), metaschedule_log(db_path / dbm.LOG_DIR) as ms_logger, \
+                        stop.installed():
+                    search = Search(tvm_target, db, options.threads, shown, ms_logger, stop)
+                    search.warm_start(tasks, workloads)
+                    for i, (task, n, m) in enumerate(zip(tasks, budgets, before)):
+                        seeded = 0
+                        if n and not m:  # a task's first trials: the default schedules
+                            seeded = search.seed(i, task, support.default_schedules, min(n, DEFAULT_VARIANTS))
+                        if n > seeded:
+                            search.tune(i, task, n - seeded)
+                        elif seeded:
+                            shown.task_finished(i)
+            run["complete"] = True
+        finally:
+            shown.end()
+            after = db.trial_counts(workloads)
+            result.tasks = [TaskResult(t.name, t.weight, t.flops, a, n, m - n, _best(db, w))
+                            for t, a, n, m, w in zip(tasks, allocation, before, after, workloads)]
+            result.seconds = time.perf_counter() - start
+            run.update(seconds=round(result.seconds, 1), trials_added=result.trials_added, tasks=len(tasks))
+            db.meta.setdefault("runs", []).append(run)
+            db.save_metadata()
+    return result
+
+
+def _best(db, workload) -> float | None:
+    """Best mean seconds of ``workload`` over the search's and the default schedules' records."""
+    from .database import FAILED_SECONDS
+
+    found = []
+    for database in (db.db, db.defaults):
+        if database is db.defaults:
+            if not database.has_workload(workload.mod):
+                continue
+            workload = database.commit_workload(workload.mod)  # that database's own handle
+        for record in database.get_top_k(workload, 1):
+            secs = [float(s) for s in record.run_secs]
+            mean = sum(secs) / len(secs)
+            if mean < FAILED_SECONDS:
+                found.append(mean)
+    return min(found) if found else None
+
+
+__all__ = ["DEFAULT_MAX_TRIALS_PER_TASK", "TaskResult", "TuneResult", "tune"]
