@@ -266,6 +266,12 @@ class OpenDatabase:
         return [counts.get(w, 0) + (counts.get(self.defaults.commit_workload(w.mod), 0)
                                     if self.defaults.has_workload(w.mod) else 0) for w in workloads]
 
+    def default_counts(self, workloads: list[ms.database.Workload]) -> list[int]:
+        """Default-schedule trials stored for each of ``workloads`` (the search's workloads)."""
+        counts = collections.Counter(r.workload for r in self.defaults.get_all_tuning_records())
+        return [counts.get(self.defaults.commit_workload(w.mod), 0) if self.defaults.has_workload(w.mod) else 0
+                for w in workloads]
+
     def save_metadata(self) -> None:
         write_metadata(self.path, self.meta)
 

@@ -211,44 +211,46 @@ class Search:
                 release_frames(err)
         return used
 
-    def seed(self, index: int, task: Task, default_schedules, limit: int) -> int:
-        """Measure the backend's default schedule of ``task`` and up to ``limit - 1`` of its
-        alternatives, and commit them as records; returns the trials spent.
+    def seed(self, tasks: list[Task], default_schedules, start: int, stop: int) -> list[float | None]:
+        """Measure the backend's default schedules ``start..stop-1`` of each task (0 = the
+        default, then its alternatives) and commit them to the defaults database; returns the
+        best mean seconds per task (None: nothing measured).
 
         The database then holds the default next to whatever the search finds, so
         ``compile --db`` never picks a tuned kernel slower than the default one.
         """
-        func = next(iter(task.mod.functions.values()))
-        candidates = default_schedules(func, self.target, limit) if default_schedules and limit > 0 else []
-        if not candidates:
-            return 0
-        self.progress.task_started(index)
-        built = self.builder.build([ms.builder.BuilderInput(sch.mod, self.target) for _, sch in candidates])
+        jobs = []  # (task index, schedule)
+        for i, task in enumerate(tasks):
+            func = next(iter(task.mod.functions.values()))
+            found = default_schedules(func, self.target, stop) if default_schedules and stop > start else []
+            jobs += [(i, sch) for _, sch in found[start:stop]]
+        best: list[float | None] = [None] * len(tasks)
+        if not jobs:
+            return best
+        built = self.builder.build([ms.builder.BuilderInput(sch.mod, self.target) for _, sch in jobs])
         ready = []
-        for (name, sch), result in zip(candidates, built):
+        for (i, sch), result in zip(jobs, built):
             if result.error_msg:
-                log.warning("default schedule %s of %s did not build: %s", name, task.name, result.error_msg)
+                log.warning("a default schedule of %s did not build: %s", tasks[i].name, result.error_msg)
                 continue
-            args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
-            ready.append((sch, args, result.artifact_path))
+            ready.append((i, sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True),
+                          result.artifact_path))
         device = {"llvm": "cpu"}.get(self.target.kind.name, self.target.kind.name)
-        futures = self.runner.run([ms.runner.RunnerInput(path, device, args) for _, args, path in ready])
-        workload = self.database.defaults.commit_workload(task.mod)
-        seconds = []
-        for (sch, args, path), future in zip(ready, futures):
+        futures = self.runner.run([ms.runner.RunnerInput(path, device, args) for _, _, args, path in ready])
+        for (i, sch, args, path), future in zip(ready, futures):
             result = future.result()
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)
             if result.error_msg or not result.run_secs:
-                log.warning("a default schedule of %s failed to run: %s", task.name,
+                log.warning("a default schedule of %s failed to run: %s", tasks[i].name,
                             (result.error_msg or "no timing").strip().splitlines()[-1])
-                seconds.append(None)
                 continue
             run_secs = [float(x) for x in result.run_secs]
-            seconds.append(sum(run_secs) / len(run_secs))
-            self.database.defaults.commit_tuning_record(ms.database.TuningRecord(
-                sch.trace, workload, run_secs, self.target, args))
-        self.progress.measured_round(index, seconds)
-        return len(candidates)
+            workload = self.database.defaults.commit_workload(tasks[i].mod)
+            self.database.defaults.commit_tuning_record(
+                ms.database.TuningRecord(sch.trace, workload, run_secs, self.target, args))
+            mean = sum(run_secs) / len(run_secs)
+            best[i] = mean if best[i] is None else min(best[i], mean)
+        return best
 
     def tune(self, index: int, task: Task, trials: int) -> None:
         """Spend ``trials`` new trials on ``task`` (task ``index`` of the progress display)."""

@@ -143,49 +143,73 @@ def tune(
     tasks = extract(mod, tvm_target)
     result = TuneResult(Path(loaded.name).name, tgt.name, str(db_path), int(trials), int(max_trials_per_task))
 
-    with dbm.open_for_tuning(db_path, tvm_target) as db:
+    with dbm.open_for_tuning(db_path, tvm_target) as db, host_tensor_intrinsics(), \
+            metaschedule_log(db_path / dbm.LOG_DIR) as ms_logger:
         result.repaired = db.repaired.describe()
         workloads = [db.db.commit_workload(t.mod) for t in tasks]
         before = db.trial_counts(workloads)
-        allocation = allocate([t.cost for t in tasks], int(trials), int(max_trials_per_task))
-        budgets = remaining(allocation, before, int(trials))
+        stop = StopRequest(lambda: shown.note("stopping after the round in flight, keeping its trials "
+                                              "(Ctrl-C again to stop now and lose them)"),
+                           lambda: (shown.end(), shown.note("stopped now; the round in flight is lost")))
+        search = Search(tvm_target, db, options.threads, None, ms_logger, stop)
+        # Measure each new task's default schedule first (one trial each, within the budget): the
+        # budget then follows where the model's time goes, not only its FLOPs (a depthwise conv
+        # has few FLOPs and takes long), and the database holds the default to compare against.
+        fresh = [i for i, n in enumerate(before) if n == 0][:max(0, int(trials) - sum(before))]
+        if fresh:
+            search.seed([tasks[i] for i in fresh], support.default_schedules, 0, 1)
+        seeded_before = before
+        before = db.trial_counts(workloads)
         best = [_best(db, w) for w in workloads]
+        allocation = allocate([_cost(t, b) for t, b in zip(tasks, best)], int(trials), int(max_trials_per_task))
+        budgets = remaining(allocation, before, int(trials))
         states = [TaskProgress(t.name, t.weight, t.flops, n, b, s)
                   for t, n, b, s in zip(tasks, before, budgets, best)]
         shown = TuningProgress(states, console)
+        search.progress = shown
         run = {"model": result.model, "started": datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds"), "trials_requested": int(trials), "max_trials_per_task": int(max_trials_per_task),
             "complete": False}
         try:
             shown.begin()
             if any(budgets):
-                stop = StopRequest(
-                    lambda: shown.note("stopping after the round in flight, keeping its trials "
-                                       "(Ctrl-C again to stop now and lose them)"),
-                    lambda: (shown.end(), shown.note("stopped now; the round in flight is lost")))
-                with host_tensor_intrinsics(), metaschedule_log(db_path / dbm.LOG_DIR) as ms_logger, \
-                        stop.installed():
-                    search = Search(tvm_target, db, options.threads, shown, ms_logger, stop)
+                with stop.installed():
                     search.warm_start(tasks, workloads)
-                    for i, (task, n, m) in enumerate(zip(tasks, budgets, before)):
-                        seeded = 0
-                        if n and not m:  # a task's first trials: the default schedules
-                            seeded = search.seed(i, task, support.default_schedules, min(n, DEFAULT_VARIANTS))
-                        if n > seeded:
-                            search.tune(i, task, n - seeded)
-                        elif seeded:
+                    for i, (task, n) in enumerate(zip(tasks, budgets)):
+                        if not n:
+                            continue
+                        shown.task_started(i)
+                        # the default's alternatives (other register tiles), once per task
+                        have = db.default_counts([workloads[i]])[0]
+                        extra = min(n, max(0, DEFAULT_VARIANTS - have)) if have == before[i] else 0
+                        if extra:
+                            measured = search.seed([task], support.default_schedules, have, have + extra)
+                            shown.measured_round(i, measured)
+                        if n > extra:
+                            search.tune(i, task, n - extra)
+                        else:
                             shown.task_finished(i)
             run["complete"] = True
         finally:
             shown.end()
             after = db.trial_counts(workloads)
             result.tasks = [TaskResult(t.name, t.weight, t.flops, a, n, m - n, _best(db, w))
-                            for t, a, n, m, w in zip(tasks, allocation, before, after, workloads)]
+                            for t, a, n, m, w in zip(tasks, allocation, seeded_before, after, workloads)]
             result.seconds = time.perf_counter() - start
             run.update(seconds=round(result.seconds, 1), trials_added=result.trials_added, tasks=len(tasks))
             db.meta.setdefault("runs", []).append(run)
             db.save_metadata()
     return result
+
+
+ASSUMED_FLOPS = 5e10  # FLOP/s (or elements/s) for a task whose default could not be measured
+
+
+def _cost(task, best_seconds: float | None) -> float:
+    """A task's share of the model's run time in seconds: measured, else estimated from its size."""
+    if best_seconds is not None:
+        return task.weight * best_seconds
+    return task.cost / ASSUMED_FLOPS
 
 
 def _best(db, workload) -> float | None:

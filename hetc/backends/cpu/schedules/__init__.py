@@ -17,7 +17,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.s_tir import ScheduleError
 
-from . import generic, gemm, reduction
+from . import gemm, generic, reduction
 from .common import PREPROC, Rule
 
 log = logging.getLogger(__name__)

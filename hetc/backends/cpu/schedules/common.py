@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from tvm import tirx
 from tvm.s_tir import Schedule
 from tvm.s_tir.dlight.analysis import SBlockInfo, normalize_prim_func
-from tvm.target import Target
 
 # Block annotation of a weight layout transform that SplitLayoutRewritePreproc moves out of
 # the kernel (MetaSchedule's convention, used by the default schedules too).

@@ -31,7 +31,15 @@ from tvm.s_tir import Schedule, ScheduleError
 from tvm.s_tir.dlight.analysis import SBlockInfo
 from tvm.target import Target
 
-from .common import PREPROC, Rule, func_layout_free, inline_chain, normalized, schedule_spatial, vectorize_tail
+from .common import (
+    PREPROC,
+    Rule,
+    func_layout_free,
+    inline_chain,
+    normalized,
+    schedule_spatial,
+    vectorize_tail,
+)
 
 log = logging.getLogger(__name__)
 
