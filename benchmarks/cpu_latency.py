@@ -147,7 +147,10 @@ def bench_model(path: Path, inputs: dict[str, np.ndarray], args) -> tuple[float 
         cells["ort"]["error"], reference = one_line(err), None
 
     flops, compiled = None, {}
-    for key, database in (("hetc", None), ("tuned", args.db)):
+    tuned_db = str(args.db).replace("{model}", path.stem) if args.db else None
+    if tuned_db and not Path(tuned_db).exists():  # a per-model pattern with no database for this one
+        cells.pop("tuned", None)
+    for key, database in (("hetc", None), ("tuned", tuned_db)):
         if key not in cells:
             continue
         try:
@@ -260,7 +263,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated (default {DEFAULT_MODELS})")
     parser.add_argument("--torch-models", type=Path, help="directory from examples/torch_models.py")
-    parser.add_argument("--db", type=Path, help="tuning database (hetc tune): adds the 'hetc tuned' rows")
+    parser.add_argument("--db", type=Path, help="tuning database (hetc tune): adds the 'hetc tuned' rows; "
+                        "'{model}' in it is replaced by each model's name (one database per model)")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--skip-tvm", action="store_true", help="leave out TVM's default build")
     parser.add_argument("--tvm-budget", type=float, default=20.0, help="seconds of TVM runs per model (>= 3 runs)")
