@@ -218,7 +218,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
 def _has_condition(stmt) -> bool:
     """Whether a block computes something conditional (padding), which inlining would put in
     the micro-kernel's inner loop."""
-    return "if_then_else" in stmt.script() or "T.if_then_else" in str(stmt)
+    return "if_then_else" in stmt.script()
 
 
 RULE = Rule("contraction", "register-blocked micro-kernel for matmul/conv/pool (packed weights)", apply,
