@@ -4,8 +4,9 @@ Every PrimFunc that no tuning record scheduled (``tir.is_scheduled``) is offered
 in ``RULES`` in order; the first that accepts it schedules it, and the function is tagged
 ``hetc.schedule_rule`` with the rule's name (tests and reports read it).
 
-To add a rule, write ``apply(sch, block_infos, lanes) -> bool`` in a module of this package,
-wrap it in a ``Rule`` and insert it in ``RULES`` before the more general rules it refines.
+To add a rule, write ``apply(func, target, lanes) -> Schedule | None`` (None: not mine) in a
+module of this package, wrap it in a ``Rule`` (``common.py``) and insert it in ``RULES``
+before the more general rules it refines.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _try(rule: Rule, func: tirx.PrimFunc, target, lanes: int, variant: int = 0):
     try:
         return rule.apply(func, target, lanes, variant) if rule.variants > 1 else rule.apply(func, target, lanes)
     except (ScheduleError, RuntimeError, ValueError) as err:  # TVM raises these
-        log.debug("rule %s failed on %s: %s", rule.name, func.attrs.get("global_symbol"), err)
+        log.debug("rule %s failed on %s: %s", rule.name, (func.attrs or {}).get("global_symbol"), err)
         return None
 
 
