@@ -6,8 +6,9 @@ the task with the largest estimated cost per trial it already has (a divisor, or
 method over the task's share of the model's run time), never beyond ``max_per_task``. The last
 round may be cut short to make the total exact.
 
-Because the allocation for a budget is a prefix of one fixed sequence of rounds, it only grows
-when the budget grows: tuning again with a larger ``--trials`` tops every task up to its new
+For fixed costs the allocation for a budget is a prefix of one fixed sequence of rounds, so it
+only grows when the budget grows (the tuner re-measures costs on every run, so in practice a
+task the search made fast gets fewer of the new trials): tuning again with a larger ``--trials`` tops every task up to its new
 allocation and spends exactly the difference. ``remaining`` subtracts what the database holds.
 
 Tasks with a tiny share (a layout transpose next to a convolution) get no trials until the
