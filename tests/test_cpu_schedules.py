@@ -13,7 +13,7 @@ from onnx import helper
 from onnx_util import make, tensor
 
 import hetc
-from hetc.backends.cpu.schedules.gemm import choose_tile
+from hetc.backends.cpu.schedules.gemm import choose_tile, is_box, tile_candidates
 
 RNG = np.random.default_rng(0)
 
@@ -79,6 +79,11 @@ CASES = {
     "layernorm": (lambda: _single("LayerNormalization", [[2, 10, 96]], [2, 10, 96],
                                   {"g": _w(96) + 1, "b": _w(96)}, axis=-1), None),
     "reduce_mean": (lambda: _single("ReduceMean", [[3, 40, 50]], [3, 1, 50], axes=[1], keepdims=1), None),
+    "reduce_sum_odd_rows": (lambda: _single("ReduceSum", [[2, 9, 2, 5, 3]], [2, 9, 1, 5, 3],
+                                            {"axes": np.array([2], np.int64)}, keepdims=1), None),
+    "int8_matmul": (lambda: make([helper.make_node("MatMulInteger", ["a", "b"], ["y"])],
+                                 [tensor("a", [4, 32], np.uint8)], [tensor("y", [4, 16], np.int32)],
+                                 {"b": RNG.integers(0, 255, (32, 16)).astype(np.uint8)}), None),
     "transpose": (lambda: _single("Transpose", [[2, 3, 17, 16]], [2, 17, 16, 3], perm=[0, 2, 3, 1]), None),
 }
 
@@ -88,8 +93,12 @@ def test_default_schedule_matches_onnxruntime(name):
     build, rule = CASES[name]
     model = build()
     rng = np.random.default_rng(1)
-    inputs = {v.name: rng.standard_normal([d.dim_value for d in v.type.tensor_type.shape.dim]).astype(np.float32)
-              for v in model.graph.input if v.name not in {i.name for i in model.graph.initializer}}
+    inputs = {}
+    for v in model.graph.input:
+        shape = [d.dim_value for d in v.type.tensor_type.shape.dim]
+        dtype = helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)
+        inputs[v.name] = (rng.standard_normal(shape).astype(dtype) if dtype.kind == "f"
+                          else rng.integers(0, 255, shape).astype(dtype))
     compiled = hetc.compile(model, "cpu")
     outputs = compiled.run(inputs)
     actual = outputs if isinstance(outputs, list) else list(outputs.values())
@@ -101,19 +110,29 @@ def test_default_schedule_matches_onnxruntime(name):
         assert rule in kernels.values(), kernels
 
 
-@pytest.mark.parametrize("m, n, lanes, regs, inner", [(3136, 64, 16, 32, 56), (128, 768, 16, 32, 128),
-                                                       (49, 512, 8, 16, 7), (7, 96, 16, 32, 7)])
-def test_register_tile_divides_and_fits(m, n, lanes, regs, inner):
-    tile = choose_tile(m, n, lanes, regs, inner)
-    vectors = tile.vj // tile.width
-    assert m % tile.rows == 0 and n % tile.vj == 0 and tile.vj % tile.width == 0
+@pytest.mark.parametrize("n, lanes, regs, extents", [(64, 16, 32, [56, 56]), (768, 16, 32, [128]),
+                                                    (512, 8, 16, [7, 7]), (96, 16, 32, [7]),
+                                                    (3, 16, 32, [2, 9, 5])])
+def test_register_tile_divides_and_fits(n, lanes, regs, extents):
+    m = int(np.prod(extents))
+    tile = choose_tile(m, n, lanes, regs, extents)
+    vectors = tile.vj // tile.width if tile.width else 1
+    assert m % tile.rows == 0 and n % tile.vj == 0 and (not tile.width or tile.vj % tile.width == 0)
     assert tile.rows * vectors + vectors + 1 <= regs
-    assert inner % tile.rows == 0 or tile.rows % inner == 0
-    if n % lanes == 0 and m >= 4 and inner % 4 == 0:
+    assert is_box(tile.rows, extents)
+    if n % lanes == 0 and m >= 4 and extents[-1] % 4 == 0:
         assert tile.width == lanes and tile.rows * vectors >= 8  # a real micro-kernel
 
 
+def test_tile_rows_are_boxes_in_the_fused_axes():
+    assert is_box(8, [56, 56]) and is_box(112, [56, 56]) and is_box(45, [2, 9, 5])
+    assert not is_box(10, [2, 9, 5])  # would straddle (a0=0, a1=8) and (a0=1, a1=0)
+    assert not is_box(12, [56, 56])
+    assert all(is_box(t.rows, [2, 9, 5]) for t in tile_candidates(90, 3, 16, 32, [2, 9, 5]))
+
+
 def test_register_tile_uses_half_vectors_for_24_channels():
-    tile = choose_tile(3136, 24, 16, 32, 56)
+    tile = choose_tile(3136, 24, 16, 32, [56, 56])
     assert tile.width == 8 and tile.vj == 24 and tile.rows >= 4
-    assert choose_tile(10, 7, 16, 32, 10).width == 0  # 7 columns: scalar, still correct
+    assert choose_tile(10, 7, 16, 32, [10]).width == 0  # 7 columns: scalar, still correct
+    assert choose_tile(64, 64, 0, 32, [64]).width == 0  # int8/bool: no explicit vectors

@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import tvm
 from tvm import tirx
 from tvm.s_tir import Schedule
 from tvm.s_tir.dlight.analysis import SBlockInfo, normalize_prim_func
@@ -74,6 +75,17 @@ def vectorize_tail(sch: Schedule, block, lanes: int) -> None:
     sch.vectorize(inner)
 
 
+def vector_dtypes(block) -> bool:
+    """Whether explicit vectorization is safe for the block's buffers: LLVM rejects TVM's vector
+    code for bool and 8-bit element types (``or <16 x i8>, <16 x i1>``); those loops are left
+    to LLVM's own vectorizer."""
+    for region in list(block.reads) + list(block.writes):
+        dtype = str(region.source.dtype)
+        if dtype == "bool" or tvm.runtime.DataType(dtype).bits < 16:
+            return False
+    return True
+
+
 def schedule_spatial(sch: Schedule, block, lanes: int,
                      min_iterations: int = MIN_PARALLEL_ITERATIONS) -> None:
     """An injective block: all loops fused, SIMD-wide inner part vectorized, the rest parallel."""
@@ -83,7 +95,7 @@ def schedule_spatial(sch: Schedule, block, lanes: int,
         return
     total = math.prod(int(e) for e in extents)
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    if int(extents[-1]) % lanes == 0 and total >= 4 * lanes:
+    if int(extents[-1]) % lanes == 0 and total >= 4 * lanes and vector_dtypes(sch.get(block)):
         fused, vec = sch.split(fused, [None, lanes])
         sch.vectorize(vec)
     if total >= min_iterations:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tvm import tirx
@@ -38,6 +39,7 @@ from .common import (
     inline_chain,
     normalized,
     schedule_spatial,
+    vector_dtypes,
     vectorize_tail,
 )
 
@@ -53,34 +55,47 @@ class Tile:
     width: int  # SIMD width the columns are vectorized by (0: not vectorized)
 
 
-def tile_candidates(m: int, n: int, lanes: int, registers: int, inner: int = 1) -> list[Tile]:
+def is_box(rows: int, extents: Sequence[int]) -> bool:
+    """Whether every run of ``rows`` consecutive indices of the fused axes ``extents``
+    (innermost last) is a box: ``rows`` = (the extents inside some axis) x (a divisor of it)."""
+    inside = 1
+    for extent in reversed(list(extents) or [1]):
+        if rows % inside == 0 and extent % (rows // inside) == 0:
+            return True
+        if rows % (inside * extent):
+            return False
+        inside *= extent
+    return rows % inside == 0 and rows == inside
+
+
+def tile_candidates(m: int, n: int, lanes: int, registers: int, row_extents: Sequence[int] = ()) -> list[Tile]:
     """Register tiles that fit, best first: most multiply-add lanes per load.
 
     ``rows`` must divide ``m`` and ``vj`` divide ``n`` (no predicated tails in the micro-kernel);
     the tile needs ``rows * vectors`` accumulators, ``vectors`` operand registers and one
     broadcast register. Columns that are not a multiple of the full SIMD width use half or
-    quarter vectors (24 channels: three 8-wide vectors). ``m`` fuses several axes, the innermost
-    of extent ``inner``: rows must divide it or be a multiple of it, so that a tile is a box in
-    the unfused axes. The tuner measures the first few; the default schedule takes the first.
+    quarter vectors (24 channels: three 8-wide vectors). ``m`` fuses the axes ``row_extents``
+    (innermost last); a tile's rows must be a box in them (``is_box``), so that the epilogue
+    can be computed at the tile. ``lanes=0`` (dtypes LLVM mis-vectorizes) gives scalar tiles. The tuner measures the first few; the default schedule takes the first.
     """
     scored = []
-    for width in (w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and n % w == 0):
+    for width in (w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and n % w == 0):  # none if lanes=0
         for vj in (v * width for v in (4, 3, 2, 1) if n % (v * width) == 0):
             vectors = vj // width
             for rows in range(1, min(m, MAX_ROWS) + 1):
-                if m % rows or rows * vectors + vectors + 1 > registers or (inner % rows and rows % inner):
+                if m % rows or rows * vectors + vectors + 1 > registers or not is_box(rows, row_extents or [m]):
                     continue
                 scored.append((-rows * vectors * width / (rows + vectors), -vj, Tile(rows, vj, width)))
     if not scored:  # odd column count: a scalar tile over a divisor of n
-        vj = max(d for d in range(1, min(n, 2 * lanes) + 1) if n % d == 0)
-        rows = max(r for r in range(1, min(m, 4) + 1) if m % r == 0 and (inner % r == 0 or r % inner == 0))
+        vj = max(d for d in range(1, min(n, 32) + 1) if n % d == 0)
+        rows = max(r for r in range(1, min(m, 4) + 1) if m % r == 0 and is_box(r, row_extents or [m]))
         return [Tile(rows, vj, 0)]
     return [tile for *_, tile in sorted(scored, key=lambda t: t[:2])]
 
 
-def choose_tile(m: int, n: int, lanes: int, registers: int, inner: int = 1) -> Tile:
+def choose_tile(m: int, n: int, lanes: int, registers: int, row_extents: Sequence[int] = ()) -> Tile:
     """The default schedule's register tile (the best-scored candidate)."""
-    return tile_candidates(m, n, lanes, registers, inner)[0]
+    return tile_candidates(m, n, lanes, registers, row_extents)[0]
 
 
 def _plain_index(indices, var: tirx.Var) -> int | None:
@@ -158,7 +173,8 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     batch = [it for it in spatial[:-1] if any(_uses(e, it.var) for ind in shared for e in ind)]
     rows_axes = [it for it in spatial[:-1] if it not in batch]
     m = math.prod(it.dom for it in rows_axes)
-    tiles = tile_candidates(m, j.dom, lanes, 32 if lanes >= 16 else 16, rows_axes[-1].dom if rows_axes else 1)
+    tiles = tile_candidates(m, j.dom, lanes if vector_dtypes(block) else 0, 32 if lanes >= 16 else 16,
+                            [it.dom for it in rows_axes])
     if variant >= len(tiles):
         return False
     tile = tiles[variant]
@@ -211,7 +227,8 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     else:
         sch.unroll(ji)
     sch.decompose_reduction(main.block_rv, r_loops[0])
-    vectorize_tail(sch, epilogue, tile.width or lanes)
+    if tile.width:
+        vectorize_tail(sch, epilogue, tile.width)
     return True
 
 
