@@ -41,17 +41,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import hetc
 from hetc.backends.cpu.codegen import llvm_target
 from hetc.backends.cpu.runtime import from_executable
-from hetc.benchmark import compare_with_onnxruntime
+from hetc.benchmark import compare_with_onnxruntime, ort_session
+from hetc.errors import last_line
 from hetc.native_log import filtered_stderr
 from hetc.options import CompileOptions, default_threads
 
 DEFAULT_MODELS = "mlp,cnn,transformer,resnet18,resnet50,mobilenet_v2,bert_tiny,bert_base"
-RUNTIMES = {"ort": "ort", "hetc": "hetc", "tuned": "tuned", "tvm": "tvm"}  # tuned: hetc with --db
+RUNTIMES = ("ort", "hetc", "tuned", "tvm")  # tuned: hetc with --db
 
 
 def one_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-    return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:300]
+    return f"{type(err).__name__}: {last_line(err)}"[:300]
 
 
 def machine_info() -> dict:
@@ -110,15 +110,6 @@ def rel_error(outputs, reference) -> float:
     return max(errors, default=0.0)
 
 
-def ort_session(path: Path):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = default_threads()
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as in hetc/benchmark.py
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
 def time_budgeted(fn, repeat: int, budget_s: float, first_s: float, min_runs: int = 3) -> dict:
     """Median ms of up to ``repeat`` runs, stopping once ``budget_s`` and ``min_runs`` are spent.
 
@@ -139,12 +130,11 @@ def bench_model(path: Path, inputs: dict[str, np.ndarray], args) -> tuple[float 
                               (key != "tvm" or not args.skip_tvm)}
     try:
         start = time.perf_counter()
-        session = ort_session(path)
+        session = ort_session(path, default_threads())
         cells["ort"]["compile_s"] = time.perf_counter() - start
         reference = session.run(None, inputs)
-        del session
     except Exception as err:  # noqa: BLE001 -- one failed cell must not stop the run
-        cells["ort"]["error"], reference = one_line(err), None
+        cells["ort"]["error"], reference, session = one_line(err), None, None
 
     flops, compiled = None, {}
     tuned_db = str(args.db).replace("{model}", path.stem) if args.db else None
@@ -176,7 +166,7 @@ def bench_model(path: Path, inputs: dict[str, np.ndarray], args) -> tuple[float 
             break
         model = compiled.get(key, SimpleNamespace(run=lambda inputs: None))
         try:
-            measured = compare_with_onnxruntime(path, model, inputs, repeat=args.repeat)["results"]
+            measured = compare_with_onnxruntime(path, model, inputs, repeat=args.repeat, session=session)["results"]
         except Exception as err:  # noqa: BLE001
             cells[key if key in compiled else "ort"]["error"] = one_line(err)
             continue
@@ -244,9 +234,9 @@ def print_table(rows: list[dict], args) -> None:
         cells = [(key, cell) for key, cell in row["results"].items() if cell]
         for i, (key, cell) in enumerate(cells):
             if "error" in cell:
-                errors.append(f"[{len(errors) + 1}] {row['model']}, {RUNTIMES[key]}: {cell['error']}")
+                errors.append(f"[{len(errors) + 1}] {row['model']}, {key}: {cell['error']}")
             ms = f"error [{len(errors)}]" if "error" in cell else num(cell.get("median_ms")) + "*" * bool(cell.get("capped"))
-            table.add_row(row["model"] if i == 0 else "", num(row["gflop"]) if i == 0 else "", RUNTIMES[key],
+            table.add_row(row["model"] if i == 0 else "", num(row["gflop"]) if i == 0 else "", key,
                           num(cell.get("compile_s"), 2), ms, num(cell.get("gflops")), num(cell.get("pct_peak"), 2),
                           num(cell.get("vs_ort")), "" if "rel_err" not in cell else f"{cell['rel_err']:.1e}",
                           end_section=i == len(cells) - 1)

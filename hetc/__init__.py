@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from .errors import HetcError  # noqa: E402
+from .errors import HetcError
 
 __all__ = ["CompiledModel", "HetcError", "__version__", "compile", "load", "tune"]
 

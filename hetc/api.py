@@ -66,7 +66,7 @@ def _kernel_schedules(mod: tvm.IRModule) -> dict[str, str]:
     return dict(sorted(result.items()))
 
 
-def compile(  # noqa: A001 (the API's name is the verb users expect)
+def compile(
     model: ModelSource,
     target: str | Sequence[str] = "cpu",
     input_shapes: Mapping[str, Sequence[int]] | None = None,

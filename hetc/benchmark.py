@@ -25,16 +25,27 @@ def random_inputs(specs, seed: int = 0) -> dict[str, np.ndarray]:
     return inputs
 
 
-def compare_with_onnxruntime(model: Path, compiled, inputs: Mapping[str, np.ndarray], repeat: int = 10,
-                             warmup: int = 2) -> dict:
-    """``{"results": {"hetc": {...}, "onnxruntime": {...}}, "hetc_over_ort": ratio}`` in ms."""
+def ort_session(model: Path, threads: int = 0):
+    """An onnxruntime CPU session for timing next to hetc (``threads`` 0: onnxruntime's default).
+
+    Runs alternate with hetc's: onnxruntime's spinning workers would steal the cores that
+    TVM's thread pool is about to use (seen: a 0.2 ms MLP took 12 ms), so they sleep instead.
+    """
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    # Runs alternate with hetc's: onnxruntime's spinning workers would steal the cores that
-    # TVM's thread pool is about to use (seen: a 0.2 ms MLP took 12 ms), so they sleep instead.
+    if threads:
+        options.intra_op_num_threads = threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+
+
+def compare_with_onnxruntime(model: Path, compiled, inputs: Mapping[str, np.ndarray], repeat: int = 10,
+                             warmup: int = 2, session=None) -> dict:
+    """``{"results": {"hetc": {...}, "onnxruntime": {...}}, "hetc_over_ort": ratio}`` in ms.
+
+    ``session``: an ``ort_session`` of ``model`` to reuse (one is made otherwise)."""
+    session = session or ort_session(model)
     runners: dict[str, Callable[[], object]] = {
         "hetc": lambda: compiled.run(inputs), "onnxruntime": lambda: session.run(None, dict(inputs))}
     times: dict[str, list[float]] = {name: [] for name in runners}

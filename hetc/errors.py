@@ -8,6 +8,13 @@ escapes is a bug in hetc and keeps its traceback.
 from __future__ import annotations
 
 
+def last_line(err: BaseException) -> str:
+    """The line of an exception worth showing: TVM puts the check that failed on the last
+    non-empty line of its (often multi-line) messages; the type name if there is no text."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(err).__name__
+
+
 class HetcError(Exception):
     """Base class: a problem the user can act on. ``exit_code`` is what the CLI returns."""
 

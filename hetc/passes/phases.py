@@ -13,7 +13,8 @@ import logging
 import tvm
 from tvm import relax
 
-from .pipeline import Stage
+from ..errors import last_line
+from .pipeline import Stage, relax_op_counts
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +58,12 @@ def _convert_conv_layout(desired: dict) -> tvm.transform.Pass:
 
     @tvm.transform.module_pass(opt_level=0, name="HetcConvertConvLayout")
     def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if "R.nn.conv2d(" not in mod.script(show_meta=False):
+        if not relax_op_counts(mod)["relax.nn.conv2d"]:
             return mod
         try:
             return relax.transform.ConvertLayout(desired)(mod)
         except (RuntimeError, ValueError) as err:  # TVM's check failures
-            log.warning("layout conversion skipped: %s", str(err).strip().splitlines()[-1])
+            log.warning("layout conversion skipped: %s", last_line(err))
             return mod
 
     return apply

@@ -8,13 +8,14 @@ its own position.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import tvm
 from tvm import relax
 
-from ..errors import CompileError, HetcError
+from ..errors import CompileError, HetcError, last_line
 from ..native_log import release_frames
 
 
@@ -45,21 +46,24 @@ class StageReport:
         return asdict(self)
 
 
-def module_stats(mod: tvm.IRModule) -> ModuleStats:
-    calls = relax_funcs = tir_funcs = 0
+def relax_op_counts(mod: tvm.IRModule) -> Counter[str]:
+    """Calls per Relax operator name (``relax.nn.conv2d``, ``relax.call_tir``, ...) in all Relax functions."""
+    counts: Counter[str] = Counter()
 
     def visit(expr) -> None:
-        nonlocal calls
         if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            calls += 1
+            counts[expr.op.name] += 1
 
-    for _, func in mod.functions.items():
+    for func in mod.functions.values():
         if isinstance(func, relax.Function):
-            relax_funcs += 1
             relax.analysis.post_order_visit(func, visit)
-        elif isinstance(func, tvm.tirx.PrimFunc):
-            tir_funcs += 1
-    return ModuleStats(calls, relax_funcs, tir_funcs)
+    return counts
+
+
+def module_stats(mod: tvm.IRModule) -> ModuleStats:
+    funcs = list(mod.functions.values())
+    return ModuleStats(sum(relax_op_counts(mod).values()), sum(isinstance(f, relax.Function) for f in funcs),
+                       sum(isinstance(f, tvm.tirx.PrimFunc) for f in funcs))
 
 
 def run_pipeline(mod: tvm.IRModule, stages: Sequence[Stage]) -> tuple[tvm.IRModule, list[StageReport]]:
@@ -74,9 +78,9 @@ def run_pipeline(mod: tvm.IRModule, stages: Sequence[Stage]) -> tuple[tvm.IRModu
         except HetcError:
             raise  # already a one-line, user-facing error (a bad tuning database, ...)
         except Exception as err:
-            first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            message = last_line(err)
             release_frames(err)
-            raise CompileError(f"pass stage '{stage.name}' failed: {first}") from err
+            raise CompileError(f"pass stage '{stage.name}' failed: {message}") from err
         after = module_stats(mod)
         reports.append(StageReport(stage.name, before, after, time.perf_counter() - start))
         before = after

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArtifactError, InputError
+from ..errors import ArtifactError, InputError, last_line
 from ..targets import get_target
 from .artifact import Manifest, read_manifest, write_artifact
 
@@ -87,7 +87,7 @@ def load(directory: str | Path) -> CompiledModel:
             runners.append(target.backend.load(root / part.library, part.threads))
         except Exception as err:
             raise ArtifactError(f"{root}: cannot load part '{part.name}' ({part.library}): "
-                                f"{str(err).strip().splitlines()[-1] if str(err).strip() else err}") from err
+                                f"{last_line(err)}") from err
 
     def copy_parts(tmp: Path) -> None:
         for rel in manifest.files:

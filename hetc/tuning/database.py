@@ -37,7 +37,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from .. import __version__
-from ..errors import UsageError
+from ..errors import UsageError, last_line
 
 log = logging.getLogger(__name__)
 
@@ -262,15 +262,23 @@ class OpenDatabase:
         so counting by object identity is exact; the defaults are matched by structure.
         """
         counts = collections.Counter(r.workload for r in self.db.get_all_tuning_records())
-        counts.update(r.workload for r in self.defaults.get_all_tuning_records())
-        return [counts.get(w, 0) + (counts.get(self.defaults.commit_workload(w.mod), 0)
-                                    if self.defaults.has_workload(w.mod) else 0) for w in workloads]
+        return [counts.get(w, 0) + d for w, d in zip(workloads, self.default_counts(workloads))]
 
     def default_counts(self, workloads: list[ms.database.Workload]) -> list[int]:
         """Default-schedule trials stored for each of ``workloads`` (the search's workloads)."""
         counts = collections.Counter(r.workload for r in self.defaults.get_all_tuning_records())
-        return [counts.get(self.defaults.commit_workload(w.mod), 0) if self.defaults.has_workload(w.mod) else 0
-                for w in workloads]
+        return [counts.get(self._default_workload(w), 0) for w in workloads]
+
+    def best_seconds(self, workload: ms.database.Workload) -> float | None:
+        """Best mean seconds of a (search) workload over the search's and the defaults' records."""
+        found = [mean_seconds(r.run_secs) for db, w in ((self.db, workload), (self.defaults,
+                 self._default_workload(workload))) if w is not None for r in db.get_top_k(w, 1)]
+        found = [s for s in found if s is not None]
+        return min(found) if found else None
+
+    def _default_workload(self, workload: ms.database.Workload) -> ms.database.Workload | None:
+        """The defaults database's own handle of ``workload`` (None if it has no records of it)."""
+        return self.defaults.commit_workload(workload.mod) if self.defaults.has_workload(workload.mod) else None
 
     def save_metadata(self) -> None:
         write_metadata(self.path, self.meta)
@@ -309,18 +317,13 @@ def open_for_tuning(path: str | os.PathLike, target: tvm.target.Target) -> Itera
                 dbs.append(ms.database.JSONDatabase(str(path / workload_file), str(path / record_file),
                                                     allow_missing=True, module_equality=MODULE_EQUALITY))
             except Exception as err:  # TVM raises its own error types for records it cannot replay
-                raise UsageError(f"tuning database {path} cannot be loaded ({_first_line(err)}); "
+                raise UsageError(f"tuning database {path} cannot be loaded ({last_line(err)}); "
                                  "the database is damaged beyond repair") from err
         yield OpenDatabase(path, dbs[0], dbs[1], meta, fixed)
 
 
 def _read(file: Path) -> bytes:
     return file.read_bytes() if file.is_file() else b""
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    return lines[-1] if lines else type(err).__name__
 
 
 def load_best(path: str | os.PathLike, target: tvm.target.Target) -> tuple[ms.database.Database, int]:
@@ -347,27 +350,26 @@ def load_best(path: str | os.PathLike, target: tvm.target.Target) -> tuple[ms.da
                 workload = db.commit_workload(ms.database.Workload.from_json(workload_rows[index]).mod)
                 db.commit_tuning_record(ms.database.TuningRecord.from_json(record, workload))
         except Exception as err:  # TVM's own error types
-            raise UsageError(f"tuning database {path} cannot be loaded ({_first_line(err)}); "
+            raise UsageError(f"tuning database {path} cannot be loaded ({last_line(err)}); "
                              "the database is damaged beyond repair") from err
         count = max(count, len(best))
     return db, count
 
 
-def _mean_seconds(record) -> float | None:
-    """Mean run time of a record's JSON ``[trace, run_secs, target, args_info]``; None if it failed."""
-    try:
-        secs = [float(s) for s in record[1]]
-    except (TypeError, ValueError, IndexError):
-        return None
+def mean_seconds(run_secs) -> float | None:
+    """Mean of a trial's measured run times; None for a failed trial (none, or MetaSchedule's 1e10)."""
+    secs = [float(s) for s in run_secs or []]
     if not secs or max(secs) >= FAILED_SECONDS:
         return None
     return sum(secs) / len(secs)
 
 
-def count_records(path: str | os.PathLike) -> int:
-    """Number of complete trial records in a database directory (for reports and tests)."""
-    return sum(1 for name in (RECORDS, DEFAULT_RECORDS)
-               for line in _split_torn(_read(Path(path) / name))[0].splitlines() if line.strip())
+def _mean_seconds(record) -> float | None:
+    """Mean run time of a record's JSON ``[trace, run_secs, target, args_info]``; None if it failed."""
+    try:
+        return mean_seconds(record[1])
+    except (TypeError, ValueError, IndexError):
+        return None
 
 
 # --------------------------------------------------------------------------------------------

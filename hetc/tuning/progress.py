@@ -20,7 +20,7 @@ from rich.text import Text
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
-from .database import FAILED_SECONDS
+from .database import mean_seconds
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +81,7 @@ class TuningProgress:
         return self.elapsed() / self.measured * left
 
     def estimated_latency(self) -> tuple[float, int]:
-        """(sum of weight x best latency over tasks with a measurement, number of such tasks)."""
-        known = [t for t in self.tasks if t.best_seconds is not None]
-        return sum(t.weight * t.best_seconds for t in known), len(known)
+        return weighted_latency(self.tasks)
 
     # -- events ----------------------------------------------------------------------------
 
@@ -169,12 +167,15 @@ class TuningProgress:
         return Group(self._task_table(), status)
 
 
+def weighted_latency(tasks) -> tuple[float, int]:
+    """(sum of weight x best seconds over tasks with a measurement, number of such tasks); works
+    for anything with ``weight`` and ``best_seconds`` (live progress rows, finished results)."""
+    known = [t for t in tasks if t.best_seconds is not None]
+    return sum(t.weight * t.best_seconds for t in known), len(known)
+
+
 def _mean_seconds(result) -> float | None:
-    if result.error_msg is not None or not result.run_secs:
-        return None
-    secs = [float(s) for s in result.run_secs]
-    mean = sum(secs) / len(secs)
-    return None if mean >= FAILED_SECONDS else mean
+    return None if result.error_msg is not None else mean_seconds(result.run_secs)
 
 
 @derived_object

@@ -42,11 +42,11 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
-from ..errors import CompileError
+from ..errors import CompileError, last_line
 from ..native_log import release_frames
 from . import worker
 from .budget import ROUND
-from .database import LOG_DIR, OpenDatabase
+from .database import LOG_DIR, OpenDatabase, mean_seconds
 from .progress import ProgressCallback, TuningProgress
 from .tasks import Task
 
@@ -248,8 +248,9 @@ class Search:
             workload = self.database.defaults.commit_workload(tasks[i].mod)
             self.database.defaults.commit_tuning_record(
                 ms.database.TuningRecord(sch.trace, workload, run_secs, self.target, args))
-            mean = sum(run_secs) / len(run_secs)
-            best[i] = mean if best[i] is None else min(best[i], mean)
+            mean = mean_seconds(run_secs)
+            if mean is not None:
+                best[i] = mean if best[i] is None else min(best[i], mean)
         return best
 
     def tune(self, index: int, task: Task, trials: int) -> None:
@@ -270,9 +271,7 @@ class Search:
             release_frames(err)
             if self.stop.requested:
                 raise KeyboardInterrupt from None
-            lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-            raise CompileError(f"tuning task {task.name} failed: {lines[-1] if lines else type(err).__name__}"
-                               ) from err
+            raise CompileError(f"tuning task {task.name} failed: {last_line(err)}") from err
         finally:
             self.progress.task_finished(index)
         if self.stop.requested:

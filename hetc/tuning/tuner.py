@@ -66,8 +66,10 @@ class TuneResult:
 
     @property
     def estimated_latency(self) -> float | None:
-        known = [t for t in self.tasks if t.best_seconds is not None]
-        return sum(t.weight * t.best_seconds for t in known) if known else None
+        from .progress import weighted_latency
+
+        latency, known = weighted_latency(self.tasks)
+        return latency if known else None
 
     @property
     def seconds_per_trial(self) -> float | None:
@@ -160,7 +162,7 @@ def tune(
             search.seed([tasks[i] for i in fresh], support.default_schedules, 0, 1)
         seeded_before = before
         before = db.trial_counts(workloads)
-        best = [_best(db, w) for w in workloads]
+        best = [db.best_seconds(w) for w in workloads]
         allocation = allocate([_cost(t, b) for t, b in zip(tasks, best)], int(trials), int(max_trials_per_task))
         budgets = remaining(allocation, before, int(trials))
         states = [TaskProgress(t.name, t.weight, t.flops, n, b, s)
@@ -193,7 +195,7 @@ def tune(
         finally:
             shown.end()
             after = db.trial_counts(workloads)
-            result.tasks = [TaskResult(t.name, t.weight, t.flops, a, n, m - n, _best(db, w))
+            result.tasks = [TaskResult(t.name, t.weight, t.flops, a, n, m - n, db.best_seconds(w))
                             for t, a, n, m, w in zip(tasks, allocation, seeded_before, after, workloads)]
             result.seconds = time.perf_counter() - start
             run.update(seconds=round(result.seconds, 1), trials_added=result.trials_added, tasks=len(tasks))
@@ -210,24 +212,6 @@ def _cost(task, best_seconds: float | None) -> float:
     if best_seconds is not None:
         return task.weight * best_seconds
     return task.cost / ASSUMED_FLOPS
-
-
-def _best(db, workload) -> float | None:
-    """Best mean seconds of ``workload`` over the search's and the default schedules' records."""
-    from .database import FAILED_SECONDS
-
-    found = []
-    for database in (db.db, db.defaults):
-        if database is db.defaults:
-            if not database.has_workload(workload.mod):
-                continue
-            workload = database.commit_workload(workload.mod)  # that database's own handle
-        for record in database.get_top_k(workload, 1):
-            secs = [float(s) for s in record.run_secs]
-            mean = sum(secs) / len(secs)
-            if mean < FAILED_SECONDS:
-                found.append(mean)
-    return min(found) if found else None
 
 
 __all__ = ["DEFAULT_MAX_TRIALS_PER_TASK", "TaskResult", "TuneResult", "tune"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import tvm
 
-from ...errors import CompileError
+from ...errors import CompileError, last_line
 from ...native_log import filtered_stderr
 from ...options import CompileOptions
 
@@ -25,8 +25,7 @@ def build(mod: tvm.IRModule, options: CompileOptions):
     try:
         return tvm.compile(mod, llvm_target(options), relax_pipeline="default")
     except Exception as err:
-        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-        raise CompileError(f"CPU code generation failed: {lines[-1] if lines else type(err).__name__}") from err
+        raise CompileError(f"CPU code generation failed: {last_line(err)}") from err
 
 
 def export(executable, path: Path) -> None:

@@ -78,8 +78,8 @@ def _scheduled(func: tirx.PrimFunc) -> bool:
 
 
 def _without_unused_layout_hint(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """Drop ``layout_free_buffers`` where no weight gets packed: SplitLayoutRewritePreproc
-    rejects some kernels that carry it (opaque scatter loops) even with nothing to split."""
+    """Drop ``layout_free_buffers`` where no weight gets packed, so that afterwards the attribute
+    marks exactly the kernels with a packing block (``split_weight_packing_pass`` reads it)."""
     if func.attrs and "layout_free_buffers" in func.attrs and PREPROC not in func.script():
         return func.without_attr("layout_free_buffers")
     return func
@@ -112,13 +112,15 @@ def split_weight_packing_pass() -> tvm.transform.Pass:
     """``SplitLayoutRewritePreproc`` applied to the kernels that pack a weight.
 
     The TVM pass builds a schedule state for every PrimFunc and aborts on some it does not
-    need to touch (opaque scatter loops), so the others are set aside while it runs.
+    need to touch (opaque scatter loops), so the others are set aside while it runs. Runs
+    after ``default_schedule_pass``, which leaves ``layout_free_buffers`` on exactly the
+    kernels with a packing block.
     """
 
     @tvm.transform.module_pass(opt_level=0, name="HetcSplitWeightPacking")
     def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         aside = {gv: f for gv, f in mod.functions.items()
-                 if isinstance(f, tirx.PrimFunc) and PREPROC not in f.script()}
+                 if isinstance(f, tirx.PrimFunc) and "layout_free_buffers" not in (f.attrs or {})}
         if len(aside) == sum(isinstance(f, tirx.PrimFunc) for f in mod.functions.values()):
             return mod
         work = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv not in aside}, attrs=mod.attrs)
