@@ -27,16 +27,15 @@ from .options import CompileOptions
 from .passes import run_pipeline
 from .runtime.artifact import Manifest, Part
 from .runtime.model import CompiledModel, load
-from .targets import Target, TargetKind, parse_targets
+from .targets import Target, TargetKind, get_target, parse_targets
 
 __all__ = ["CompiledModel", "Inspection", "compile", "inspect_model", "load"]
 
 
 def _single_target(targets: list[Target]) -> Target:
-    if len(targets) != 1 or targets[0].kind is not TargetKind.TVM_NATIVE:
-        names = ",".join(t.name for t in targets)
-        raise UsageError(f"target '{names}': splitting a model over several targets needs the "
-                         "placement solver, which is not built yet; compile for one target")
+    if targets[0].kind is not TargetKind.TVM_NATIVE:
+        raise UsageError(f"target '{targets[0].name}': compiling for a {targets[0].kind.value} target "
+                         "alone is not supported yet")
     return targets[0]
 
 
@@ -76,6 +75,8 @@ def compile(
     base_dir: str | os.PathLike | None = None,
     constant_inputs: Mapping[str, np.ndarray] | None = None,
     database: str | os.PathLike | None = None,
+    arch: Sequence[str] = (),
+    placement: Mapping[str, str] | str | os.PathLike | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model (path or ``ModelProto``) for ``target``.
 
@@ -83,12 +84,19 @@ def compile(
     ``base_dir`` locates external data for a ``ModelProto``; ``constant_inputs`` freezes graph
     inputs to the given values (for inputs that decide output shapes: axes, pads, shapes).
     ``database`` is a tuning database written by ``hetc.tune``: tuned kernels replace the
-    default schedules for the tasks it has records for.
+    default schedules for the tasks it has records for. ``arch`` lists the GPU architectures
+    to build binaries for (``"sm_90"``, or a device name from ``hetc/devices``; default sm_90).
+    ``placement`` splits the model over devices: ``{node name: "cpu:0" | "cpu:1" | "cuda:0" ...}``
+    or a plan.json path (docs/placement.md); with several targets and no placement, every op the
+    first accelerator supports goes to it and the rest to cpu:0.
     """
     targets = parse_targets(target)
     options = CompileOptions(tuple(t.name for t in targets),
                              {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout, num_threads,
-                             None if database is None else str(database))
+                             None if database is None else str(database), tuple(arch))
+    if placement is not None or len(targets) > 1:
+        with filtered_stderr():
+            return _compile_split(model, targets, options, placement, base_dir, constant_inputs)
     tgt = _single_target(targets)
     with filtered_stderr():
         return _compile(model, tgt, targets, options, base_dir, constant_inputs)
@@ -120,7 +128,21 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
                     threads=options.num_threads)],
         tvm_version=tvm.__version__, tvm_ffi_version=tvm_ffi.__version__,
     )
-    report = {
+    report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
+    plan = {"solver": "single-target", "parts": {"main": tgt.name},
+            "nodes": [{"name": n.name, "op": n.op, "device": f"{tgt.device_type}:0"} for n in graph.nodes]}
+
+    def write_parts(tmp: Path) -> None:
+        (tmp / tgt.name).mkdir()
+        tgt.backend.export(executable, tmp / library, options)
+
+    return CompiledModel(manifest, report, plan, [tgt.backend.runner(executable, options.num_threads)],
+                         write_parts)
+
+
+def _report(manifest: Manifest, loaded, options: CompileOptions, constant_inputs, graph: OpGraph,
+            stage_reports, kernels: dict[str, str], times: dict[str, float]) -> dict:
+    return {
         "model": manifest.model, "opset": loaded.opset, "options": asdict(options),
         "constant_inputs": sorted(constant_inputs or {}),
         "onnx_ops": dict(op_histogram(loaded.proto).most_common()),
@@ -128,15 +150,55 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
         "kernels": kernels,
         "seconds": times,
     }
-    plan = {"solver": "single-target", "parts": {"main": tgt.name},
-            "nodes": [{"name": n.name, "op": n.op, "device": f"{tgt.device_type}:0"} for n in graph.nodes]}
+
+
+def _compile_split(model: ModelSource, targets: list[Target], options: CompileOptions, placement,
+                   base_dir: str | os.PathLike | None, constant_inputs) -> CompiledModel:
+    """One VM executable over several devices (``hetc.placement``); the host CPU's runtime drives it."""
+    from . import placement as pl
+
+    times = {}
+    start = time.perf_counter()
+    loaded = load_model(model, options.input_shapes, base_dir, constant_inputs)
+    mod = to_relax(loaded)
+    times["import"] = time.perf_counter() - start
+    graph = build_opgraph(mod, targets)
+    placed = pl.resolve_placement(placement, graph, targets, pl.constant_bytes(mod))
+    mod, names = pl.tag_nodes(mod, graph)
+
+    start = time.perf_counter()
+    mod, stage_reports = run_pipeline(mod, pl.split_stages(placed, names, targets, options))
+    times["passes"] = time.perf_counter() - start
+    kernels = _kernel_schedules(mod)
+    moved, found = pl.transfers(mod, placed, names), pl.placed_nodes(mod)
+    start = time.perf_counter()
+    executable = pl.build(mod, placed, options)
+    times["codegen"] = time.perf_counter() - start
+
+    host, writer, devices = get_target("cpu"), pl.library_target(placed), placed.runtime_devices()
+    library = "split/model.so"
+    manifest = Manifest(
+        model=Path(loaded.name).name, targets=list(options.targets), inputs=loaded.inputs,
+        outputs=loaded.outputs,
+        parts=[Part("main", host.name, devices[0], emulated=False, library=library, threads=options.num_threads,
+                    devices=devices)],
+        tvm_version=tvm.__version__, tvm_ffi_version=tvm_ffi.__version__,
+    )
+    report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
+    report["placement"] = {"devices": list(placed.devices), "transfers": len(moved),
+                           "transfer_bytes": sum(t["bytes"] for t in moved)}
+    plan = {"solver": "given" if placement is not None else "accelerator-first",
+            "parts": {"main": ",".join(placed.devices)}, "devices": list(placed.devices),
+            "nodes": [{"name": n.name, "op": n.op, "device": placed.assignment[n.name],
+                       "placed": n.name in found} for n in graph.nodes],
+            "transfers": moved}
 
     def write_parts(tmp: Path) -> None:
-        (tmp / tgt.name).mkdir()
-        tgt.backend.export(executable, tmp / library)
+        (tmp / "split").mkdir()
+        writer.backend.export(executable, tmp / library, options)
 
-    return CompiledModel(manifest, report, plan, [tgt.backend.runner(executable, options.num_threads)],
-                         write_parts)
+    runner = host.backend.runner(executable, options.num_threads, devices)
+    return CompiledModel(manifest, report, plan, [runner], write_parts)
 
 
 @dataclass

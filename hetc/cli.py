@@ -95,6 +95,9 @@ target_option = click.option("--target", "-t", default="cpu", show_default=True,
                              help="Target name(s), comma-separated (see `hetc list targets`).")
 shape_option = click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
                             help="Bind an input's shape (repeatable); needed for dynamic dims.")
+arch_option = click.option("--arch", default=None, metavar="SM[,SM...]|DEVICE",
+                           help="GPU architectures to build for (sm_80,sm_90) or a device name "
+                                "(nvidia-a100; see `hetc list targets`); default sm_90.")
 
 
 @cli.command("compile")
@@ -109,11 +112,16 @@ shape_option = click.option("--input-shape", "input_shapes", multiple=True, meta
 @click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all cores).")
 @click.option("--db", "database", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Tuning database written by `hetc tune`: use its best schedules.")
+@arch_option
+@click.option("--placement", type=click.Path(path_type=Path), default=None, metavar="PLAN.json",
+              help="Run each op on the device a plan.json names (cpu:0, cpu:1, cuda:0, ...); "
+                   "see docs/placement.md.")
 @click.option("-v", "--verbose", is_flag=True, help="Print the pass pipeline table.")
 def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_inputs, layout, threads: int,
-                database: Path | None, verbose: bool) -> None:
+                database: Path | None, arch: str | None, placement: Path | None, verbose: bool) -> None:
     """Compile MODEL (ONNX) into an artifact directory."""
     from . import api
+    from .options import parse_arch
     from .runtime.artifact import check_output_path
 
     shapes = _shapes(input_shapes)
@@ -125,7 +133,8 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
         read_metadata(database, None)  # a clear error now; the target is checked when it is applied
     start = time.perf_counter()
     compiled = api.compile(model, target=target, input_shapes=shapes, layout=layout, num_threads=threads,
-                           constant_inputs=constants, database=database)
+                           constant_inputs=constants, database=database, arch=parse_arch(arch),
+                           placement=placement)
     out = compiled.save(output)
     if verbose:
         console.print(_stage_table(compiled.report))
@@ -133,6 +142,10 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
     console.print(f"compiled {compiled.manifest.model} for {','.join(compiled.manifest.targets)}: "
                   f"{graph['nodes']} ops, {graph['flops'] / 1e9:.3f} GFLOP, "
                   f"{time.perf_counter() - start:.1f} s -> {out}")
+    if "placement" in compiled.report:
+        placed = compiled.report["placement"]
+        console.print(f"placed on {','.join(placed['devices'])}: {placed['transfers']} transfer(s), "
+                      f"{placed['transfer_bytes']:,} bytes per run (plan.json lists them)")
 
 
 def _reference_outputs(model: Path, inputs: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
@@ -253,6 +266,16 @@ def list_cmd(what: str, opset: int | None) -> None:
             table.add_row(t.name, t.kind.value, t.device_type,
                           ", ".join(sorted(f.value for f in t.features)), t.description)
         console.print(table)
+        from .devices import all_specs
+
+        devices = Table(title="device specs (--arch NAME; datasheet numbers, not measurements)",
+                        title_justify="left")
+        for col in ("device", "target", "arch", "fp32 TFLOP/s", "memory GB", "GB/s", "description"):
+            devices.add_column(col)
+        for spec in all_specs().values():
+            devices.add_row(spec.name, spec.target, spec.arch, f"{spec.peak_flops.get('float32', 0) / 1e12:g}",
+                            f"{spec.memory_bytes / 1e9:g}", f"{spec.memory_bandwidth / 1e9:g}", spec.description)
+        console.print(devices)
     elif what == "ops":
         import onnx
 
@@ -295,14 +318,18 @@ def list_cmd(what: str, opset: int | None) -> None:
               help="Conv layout, as for `hetc compile` (give the same one to both).")
 @click.option("--threads", type=click.IntRange(min=0), default=0,
               help="Threads the kernels are measured with (0 = all cores).")
+@arch_option
 def tune_cmd(model: Path, target: str, trials: int, database: Path, max_trials_per_task: int, input_shapes,
-             constant_inputs, layout, threads: int) -> None:
-    """Auto-tune MODEL's kernels (MetaSchedule, XGBoost cost model) into a database for `compile --db`."""
+             constant_inputs, layout, threads: int, arch: str | None) -> None:
+    """Auto-tune MODEL's kernels (MetaSchedule, XGBoost cost model) into a database for `compile --db`.
+
+    The kernels are measured on the target's device: `--target cuda` needs an NVIDIA GPU here."""
+    from .options import parse_arch
     from .tuning import tune
 
     result = tune(model, target=target, trials=trials, database=database, input_shapes=_shapes(input_shapes),
                   max_trials_per_task=max_trials_per_task, layout=layout, num_threads=threads,
-                  constant_inputs=_constants(constant_inputs), progress=console)
+                  constant_inputs=_constants(constant_inputs), arch=parse_arch(arch), progress=console)
     tasks = len(result.tasks)
     if not result.trials_added:
         console.print(f"{result.model}: the database holds {result.trials} trials for its {tasks} task(s); "

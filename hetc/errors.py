@@ -65,3 +65,7 @@ class ArtifactError(HetcError):
 
 class OutputPathError(HetcError):
     """The output location cannot be written."""
+
+
+class DeviceError(HetcError):
+    """A device the artifact needs is not present (no GPU, no driver) or failed."""

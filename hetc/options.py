@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from .errors import UsageError
 
 LAYOUTS = (None, "NHWC", "NCHW")
+ARCH_PATTERN = re.compile(r"sm_\d{2,3}[af]?")  # CUDA SM architectures: sm_80, sm_90a, sm_100f
 
 
 @dataclass(frozen=True)
@@ -17,12 +19,21 @@ class CompileOptions:
     layout: str | None = None  # conv layout to convert to; None = the target's preferred layout
     num_threads: int = 0  # CPU worker threads; 0 = all cores of this machine
     database: str | None = None  # tuning database directory (hetc tune); None = default schedules
+    # GPU code architectures ("sm_90", or a device spec name from hetc/devices); () = the target's default
+    arch: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise UsageError(f"invalid layout {self.layout!r}; choose NHWC or NCHW, or leave it unset")
         if self.num_threads < 0:
             raise UsageError(f"num_threads must be >= 0, got {self.num_threads}")
+        for arch in self.arch:
+            if not ARCH_PATTERN.fullmatch(arch):
+                from .devices import all_specs
+
+                if arch not in all_specs():
+                    raise UsageError(f"invalid arch {arch!r}; expected sm_XX (e.g. sm_90) or a device: "
+                                     f"{', '.join(all_specs())}")
 
     @property
     def threads(self) -> int:
@@ -48,3 +59,13 @@ def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
     if not sep or not name or not shape or any(d < 0 for d in shape):
         raise UsageError(f"invalid --input-shape {spec!r}; expected NAME=D0,D1,... with dims >= 0")
     return name, shape
+
+
+def parse_arch(spec: str | None) -> tuple[str, ...]:
+    """``"sm_90,sm_80"`` or ``"nvidia-a100"`` -> a tuple of names (validated by CompileOptions)."""
+    if spec is None:
+        return ()
+    names = tuple(n.strip() for n in spec.split(","))
+    if not names or any(not n for n in names):
+        raise UsageError(f"invalid --arch {spec!r}; expected e.g. sm_90, sm_80,sm_90 or a device name")
+    return names

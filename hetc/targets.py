@@ -44,9 +44,11 @@ class Backend:
     supports: Callable[[OpNode], bool]  # patterns.py: can this target run the node?
     stages: Callable[[Any], list]  # pipeline.py: CompileOptions -> list[Stage]
     build: Callable[..., Any]  # codegen.py: (IRModule, CompileOptions) -> executable
-    export: Callable[..., None]  # codegen.py: (executable, path) -> writes the part's library
+    export: Callable[..., None]  # codegen.py: (executable, path, CompileOptions) -> writes the part's library
     load: Callable[..., Any]  # runtime.py: (library path, threads) -> runner (arrays -> arrays)
     runner: Callable[..., Any]  # runtime.py: (executable, threads) -> runner, no round trip to disk
+    # codegen.py: CompileOptions -> tvm.target.Target, for TVM-native targets (VDevice placement)
+    tvm_target: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)

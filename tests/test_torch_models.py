@@ -22,3 +22,17 @@ def test_torch_exported_model_matches_onnxruntime(name, tmp_path):
     result = run_cli("run", out, "--inputs", inputs, "--reference", model, "--tolerance", "1e-4")
     assert result.code == 0, result.stdout + result.stderr
     assert "max rel err" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["resnet18", "bert_encoder"])
+def test_torch_exported_model_compiles_for_cuda(name, tmp_path):
+    from hetc.backends.cuda import binaries
+
+    if not binaries.shutil.which("nvcc"):
+        pytest.skip("nvcc (CUDA toolkit) not installed")
+    model, _ = torch_models.export(name, tmp_path)
+    out = tmp_path / "artifact"
+    compiled = run_cli("compile", model, "--target", "cuda", "-o", out)
+    assert compiled.code == 0, compiled.stderr
+    (embedded,) = binaries.read_embedded(out / "cuda" / "model.so")
+    assert binaries.fatbin_contents(embedded.data) == ["ptx compute_90", "sass sm_90"]

@@ -42,6 +42,10 @@ class Part:
     emulated: bool  # True where the device is absent and the part runs in emulation
     library: str  # path relative to the artifact root
     threads: int = 0  # worker threads the part runs with; 0 = all cores
+    # A part split over several devices by a placement: all of them, in the executable's vdevice
+    # order (the VM's device list; inputs go to the first). Empty for a one-device part; schema-1
+    # manifests written before this field load with it empty.
+    devices: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -59,6 +63,8 @@ class Manifest:
 
     def to_json(self) -> dict:
         data = asdict(self)
+        # "devices" is written only for split parts: one-device manifests read as before.
+        data["parts"] = [{k: v for k, v in part.items() if k != "devices" or v} for part in data["parts"]]
         data["inputs"] = [s.to_json() for s in self.inputs]
         data["outputs"] = [s.to_json() for s in self.outputs]
         return data

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArtifactError, InputError, last_line
+from ..errors import ArtifactError, HetcError, InputError, last_line
 from ..targets import get_target
 from .artifact import Manifest, read_manifest, write_artifact
 
@@ -84,7 +84,12 @@ def load(directory: str | Path) -> CompiledModel:
     for part in manifest.parts:
         target = get_target(part.target)
         try:
-            runners.append(target.backend.load(root / part.library, part.threads))
+            if part.devices:  # split by a placement: one VM over all its devices, driven by the host target
+                runners.append(target.backend.load(root / part.library, part.threads, part.devices))
+            else:
+                runners.append(target.backend.load(root / part.library, part.threads))
+        except HetcError:
+            raise  # already one clear line (a device that is not here, ...)
         except Exception as err:
             raise ArtifactError(f"{root}: cannot load part '{part.name}' ({part.library}): "
                                 f"{last_line(err)}") from err

@@ -34,6 +34,8 @@ class TuningSupport:
     # (PrimFunc, target, limit) -> [(name, traced Schedule)]: the backend's default schedule and
     # its alternatives, measured before the search so a tuned kernel never loses to the default
     default_schedules: Callable[..., list] | None = None
+    # raises a HetcError when the device that measures candidates is absent (None: always present)
+    require_device: Callable[[], object] | None = None
 
 
 def _cpu() -> TuningSupport:
@@ -44,8 +46,17 @@ def _cpu() -> TuningSupport:
     return TuningSupport(pre_schedule_stages, llvm_target, variants)
 
 
+def _cuda() -> TuningSupport:
+    from ..backends.cuda.codegen import cuda_target
+    from ..backends.cuda.pipeline import pre_schedule_stages, variants
+    from ..backends.cuda.runtime import gpu_device
+
+    return TuningSupport(pre_schedule_stages, cuda_target, variants,
+                         lambda: gpu_device(needed_by="tuning for cuda (it measures every candidate on the GPU)"))
+
+
 # target name -> factory (imports the backend only when that target is tuned)
-TUNABLE: dict[str, Callable[[], TuningSupport]] = {"cpu": _cpu}
+TUNABLE: dict[str, Callable[[], TuningSupport]] = {"cpu": _cpu, "cuda": _cuda}
 
 
 def tuning_support(target_name: str) -> TuningSupport:

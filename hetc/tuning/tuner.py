@@ -99,6 +99,7 @@ def tune(
     num_threads: int = 0,
     base_dir: str | os.PathLike | None = None,
     constant_inputs: Mapping[str, np.ndarray] | None = None,
+    arch: Sequence[str] = (),
     progress: bool | Console = True,
 ) -> TuneResult:
     """Tune ``model``'s kernels for ``target`` with MetaSchedule; records go to ``database``.
@@ -132,7 +133,9 @@ def tune(
     tgt = targets[0]
     support = tuning_support(tgt.name)
     options = CompileOptions((tgt.name,), {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout,
-                             num_threads)
+                             num_threads, arch=tuple(arch))
+    if support.require_device is not None:
+        support.require_device()  # every candidate is measured on the device: fail before any work
     console = progress if isinstance(progress, Console) else (Console(highlight=False) if progress else None)
     start = time.perf_counter()
 

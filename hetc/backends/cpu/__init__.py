@@ -10,6 +10,7 @@ CPU = register_target(Target(
     device_type="cpu",
     dtypes=patterns.DTYPES,
     backend=Backend(supports=patterns.supports, stages=pipeline.stages, build=codegen.build,
-                    export=codegen.export, load=runtime.load, runner=runtime.from_executable),
+                    export=codegen.export, load=runtime.load, runner=runtime.from_executable,
+                    tvm_target=codegen.llvm_target),
     features=frozenset({Feature.NHWC_LAYOUT, Feature.MULTITHREADED}),
 ))

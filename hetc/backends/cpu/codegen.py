@@ -28,7 +28,7 @@ def build(mod: tvm.IRModule, options: CompileOptions):
         raise CompileError(f"CPU code generation failed: {last_line(err)}") from err
 
 
-def export(executable, path: Path) -> None:
+def export(executable, path: Path, options: CompileOptions | None = None) -> None:
     """Write the executable as a shared library (links with g++)."""
     with filtered_stderr():
         executable.export_library(str(path))

@@ -77,6 +77,12 @@ def _scheduled(func: tirx.PrimFunc) -> bool:
     return bool(func.attrs) and any(bool(func.attrs.get(k, False)) for k in ("tir.is_scheduled", "tirx.is_scheduled"))
 
 
+def _for_cpu(func: tirx.PrimFunc) -> bool:
+    """An LLVM kernel: no ``target`` attribute, or an llvm one (a split module also holds GPU kernels)."""
+    target = (func.attrs or {}).get("target")
+    return target is None or target.kind.name == "llvm"
+
+
 def _without_unused_layout_hint(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """Drop ``layout_free_buffers`` where no weight gets packed, so that afterwards the attribute
     marks exactly the kernels with a packing block (``split_weight_packing_pass`` reads it)."""
@@ -94,7 +100,7 @@ def default_schedule_pass(target: tvm.target.Target) -> tvm.transform.Pass:
         counts: Counter[str] = Counter()
         updates = {}
         for gv, func in mod.functions.items():
-            if not isinstance(func, tirx.PrimFunc):
+            if not isinstance(func, tirx.PrimFunc) or not _for_cpu(func):
                 continue
             if not _scheduled(func):
                 func, name = schedule_func(func, target, lanes)
@@ -119,11 +125,12 @@ def split_weight_packing_pass() -> tvm.transform.Pass:
 
     @tvm.transform.module_pass(opt_level=0, name="HetcSplitWeightPacking")
     def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        aside = {gv: f for gv, f in mod.functions.items()
-                 if isinstance(f, tirx.PrimFunc) and "layout_free_buffers" not in (f.attrs or {})}
+        aside = {gv: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)
+                 and ("layout_free_buffers" not in (f.attrs or {}) or not _for_cpu(f))}
         if len(aside) == sum(isinstance(f, tirx.PrimFunc) for f in mod.functions.values()):
             return mod
-        work = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv not in aside}, attrs=mod.attrs)
+        work = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv not in aside}, attrs=mod.attrs,
+                            global_infos=mod.global_infos)  # a split module's vdevices
         work = relax.transform.SplitLayoutRewritePreproc()(work)
         for gv, func in aside.items():
             work[gv] = func

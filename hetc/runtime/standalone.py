@@ -1,0 +1,373 @@
+"""Run a hetc artifact with nothing but the TVM runtime, numpy and the standard library.
+
+This file imports nothing from hetc (nor onnx, onnxruntime, click, rich): copy it next to a
+runtime-only TVM install (``scripts/runtime_bundle.py`` makes one) and run::
+
+    python standalone.py ARTIFACT --inputs in.npz [--outputs out.npz]
+                         [--repeat N] [--warmup W] [--json timings.json]
+
+It validates ``ARTIFACT/manifest.json`` (schema version 1, parts, sha256 of every listed
+file), checks the inputs against the manifest, loads each part's library with
+``tvm.runtime.load_module``, builds the Relax VM with ``tvm.runtime.vm.VirtualMachine`` (a
+runtime module; ``tvm.relax`` is never imported) and calls ``main``. Every problem is
+reported as one line on stderr with exit status 1; 2 is for command-line usage errors.
+
+``TVM_USE_RUNTIME_LIB`` defaults to 1 here, so only ``libtvm_runtime.so`` is loaded even when
+the full TVM wheel is installed. See docs/deploy.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+# Printed by TVM's C++ side on every VM executable load; harmless (see hetc/native_log.py).
+_NOISE = re.compile(rb"executable\.cc:\d+: Warning: Scope (Saving|Loaded):")
+
+
+class RunError(Exception):
+    """A problem the user can act on; its message is the one line that is printed."""
+
+
+def last_line(err: BaseException) -> str:
+    """TVM puts the failed check on the last non-empty line of its multi-line messages."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(err).__name__
+
+
+# ---------------------------------------------------------------------------------------
+# manifest and inputs (no TVM needed)
+# ---------------------------------------------------------------------------------------
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_specs(value, field: str) -> list[dict]:
+    ok = isinstance(value, list) and all(
+        isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("dtype"), str)
+        and isinstance(s.get("shape"), list) and all(isinstance(d, int) for d in s["shape"])
+        for s in value)
+    if not ok:
+        raise TypeError(field)
+    return value
+
+
+def _check_parts(value) -> list[dict]:
+    if not isinstance(value, list) or not value:
+        raise TypeError("parts")
+    for part in value:
+        if not (isinstance(part, dict) and isinstance(part.get("name"), str)
+                and isinstance(part.get("library"), str) and isinstance(part.get("device"), str)):
+            raise TypeError("parts")
+        devices = part.get("devices", [])
+        if not (isinstance(devices, list) and all(isinstance(d, str) for d in devices)):
+            raise TypeError("parts[].devices")
+        if not isinstance(part.get("threads", 0), int):
+            raise TypeError("parts[].threads")
+    return value
+
+
+def read_manifest(root: Path) -> dict:
+    """Read and validate ``root/manifest.json``, including every listed file's sha256."""
+    path = root / MANIFEST
+    if not root.is_dir():
+        raise RunError(f"{root}: no such artifact directory")
+    if not path.is_file():
+        raise RunError(f"{root}: not a hetc artifact (no {MANIFEST})")
+    try:
+        data = json.loads(path.read_text())
+        schema = data.get("schema_version")
+    except (ValueError, OSError, AttributeError) as err:
+        raise RunError(f"{path}: unreadable manifest ({last_line(err)})") from None
+    if schema != SCHEMA_VERSION:
+        raise RunError(f"{path}: artifact schema version {schema}, this runner reads version "
+                       f"{SCHEMA_VERSION}; recompile the model with a matching hetc")
+    try:
+        _check_specs(data.get("inputs"), "inputs")
+        _check_specs(data.get("outputs"), "outputs")
+        _check_parts(data.get("parts"))
+        files = data.get("files")
+        if not (isinstance(files, dict) and all(isinstance(v, str) for v in files.values())):
+            raise TypeError("files")
+    except TypeError as err:
+        raise RunError(f"{path}: malformed manifest (bad or missing field '{err}')") from None
+    for part in data["parts"]:
+        if part["library"] not in files:
+            raise RunError(f"{path}: part '{part['name']}' library {part['library']} is not listed in files")
+    resolved_root = root.resolve()
+    for rel, expected in files.items():
+        file = (root / rel).resolve()
+        if not file.is_relative_to(resolved_root) or not file.is_file():
+            raise RunError(f"{root}: file {rel} is missing")
+        actual = _sha256(file)
+        if actual != expected:
+            raise RunError(f"{root}: file {rel} is damaged (sha256 mismatch: manifest {expected[:12]}…, "
+                           f"file {actual[:12]}…)")
+    return data
+
+
+def read_inputs(path: Path, specs: list[dict], np) -> list:
+    """The arrays of ``path`` (.npz) in manifest input order, checked by name, dtype and shape."""
+    if not path.is_file():
+        raise RunError(f"{path}: no such inputs file")
+    if not zipfile.is_zipfile(path):
+        raise RunError(f"{path}: not an .npz file")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            given = {name: npz[name] for name in npz.files}
+    except Exception as err:  # noqa: BLE001 - numpy raises many types for a bad file
+        raise RunError(f"{path}: cannot read inputs ({last_line(err)})") from None
+    expected = [s["name"] for s in specs]
+    missing = [n for n in expected if n not in given]
+    unknown = [n for n in given if n not in expected]
+    if missing or unknown:
+        problems = ([f"missing input(s) {', '.join(missing)}"] if missing else []) + (
+            [f"unknown input(s) {', '.join(unknown)}"] if unknown else [])
+        signature = ", ".join(f"{s['name']}: {s['dtype']}{s['shape']}" for s in specs)
+        raise RunError(f"{path}: {'; '.join(problems)}; the model takes {signature}")
+    arrays = []
+    for spec in specs:
+        array = given[spec["name"]]
+        if array.dtype.name != spec["dtype"]:
+            raise RunError(f"input '{spec['name']}' has dtype {array.dtype.name}, expected {spec['dtype']}")
+        if list(array.shape) != spec["shape"]:
+            raise RunError(f"input '{spec['name']}' has shape {list(array.shape)}, expected {spec['shape']}")
+        arrays.append(np.ascontiguousarray(array))
+    return arrays
+
+
+def write_npz(path: Path, arrays: dict, np) -> None:
+    """Like ``np.savez`` but any array name works (savez's own keywords would collide)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with zipfile.ZipFile(tmp, "w", allowZip64=True) as zf:
+            for name, array in arrays.items():
+                with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------
+# the TVM runtime
+# ---------------------------------------------------------------------------------------
+
+def _physical_cores() -> int:
+    """Physical cores this process may use (TVM's default pool assumes 2 threads per core)."""
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cores = set()
+    for cpu in usable:
+        topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add(((topo / "physical_package_id").read_text(), (topo / "core_id").read_text()))
+        except OSError:
+            return len(usable)
+    return max(1, len(cores) or os.cpu_count() or 1)
+
+
+def import_runtime():
+    """Import numpy and TVM (runtime library only); one-line errors where they are missing."""
+    os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")
+    os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")  # else tvm_ffi imports torch if present
+    # Same default as hetc's CPU backend: one worker per physical core (set before first use).
+    os.environ.setdefault("TVM_NUM_THREADS", str(_physical_cores()))
+    try:
+        import numpy as np
+    except ImportError as err:
+        raise RunError(f"numpy is not installed for this Python ({sys.executable}): {err}") from None
+    try:
+        import tvm
+        import tvm_ffi
+        from tvm.runtime.vm import VirtualMachine
+    except Exception as err:  # noqa: BLE001 - ImportError, OSError from ctypes, TVM errors
+        raise RunError(f"cannot import the TVM runtime ({last_line(err)}); put the bundle's site/ "
+                       "on PYTHONPATH") from None
+    return np, tvm, tvm_ffi, VirtualMachine
+
+
+class _QuietStderr:
+    """Capture file descriptor 2 (TVM's C++ logging) and replay it minus known noise."""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        self._file = tempfile.TemporaryFile()
+        os.dup2(self._file.fileno(), 2)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        kept = [ln for ln in self._file.read().splitlines(keepends=True) if not _NOISE.search(ln)]
+        self._file.close()
+        if kept and exc_type is None:  # on error the raised message says what went wrong
+            os.write(2, b"".join(kept))
+        return False
+
+
+def _cuda_available(tvm, spec: str) -> None:
+    """Load TVM's CUDA runtime (``import tvm`` in runtime-only mode does not) and check that
+    the GPU ``spec`` is present."""
+    message = f"this artifact needs an NVIDIA GPU ({spec}) and none is available here"
+    if "tvm_runtime_cuda" not in tvm.base._LOADED_LIBS:
+        from tvm_ffi.libinfo import load_lib_ctypes
+
+        lib_dir = Path(tvm.base._LOADED_LIBS["tvm_runtime"]._name).resolve().parent
+        try:
+            tvm.base._LOADED_LIBS["tvm_runtime_cuda"] = load_lib_ctypes(
+                "tvm", "tvm_runtime_cuda", "RTLD_LOCAL", extra_lib_paths=[lib_dir])
+        except (OSError, RuntimeError) as err:  # libcuda.so.1 (driver) or libcudart.so.13 missing
+            raise RunError(f"{message} (cannot load TVM's CUDA runtime: {last_line(err)})") from None
+    if not tvm.device(spec).exist:
+        raise RunError(message)
+
+
+def parse_devices(tvm, part: dict) -> list:
+    """``part["devices"]`` (all the VM's devices, in order; empty or absent for a one-device
+    part: ``[part["device"]]``) as TVM devices, checked to exist."""
+    devices = []
+    for spec in part.get("devices") or [part["device"]]:
+        kind, sep, index = spec.partition(":")
+        if kind not in {"cpu", "cuda"} or (sep and not index.isdigit()):
+            raise RunError(f"part '{part['name']}': unsupported device '{spec}' (expected cpu:N or cuda:N)")
+        spec = f"{kind}:{index or 0}"
+        if kind == "cuda":
+            _cuda_available(tvm, spec)
+        devices.append(tvm.device(spec))
+    return devices
+
+
+class Part:
+    """One part's Relax VM: ``part(arrays)`` calls ``main`` and returns numpy arrays."""
+
+    def __init__(self, root: Path, part: dict, tvm, vm_class) -> None:
+        self.tvm = tvm
+        self.devices = parse_devices(tvm, part)
+        if part.get("threads", 0) > 0:
+            tvm.get_global_func("runtime.config_threadpool")(1, part["threads"])
+        try:
+            with _QuietStderr():
+                library = tvm.runtime.load_module(str(root / part["library"]))
+                self.vm = vm_class(library, self.devices)
+        except Exception as err:  # noqa: BLE001 - TVM raises its own error classes
+            raise RunError(f"{root}: cannot load part '{part['name']}' ({part['library']}): "
+                           f"{last_line(err)}") from None
+        self.main = self.vm["main"]
+
+    def __call__(self, arrays: list) -> list:
+        tvm = self.tvm
+        args = [tvm.runtime.tensor(a, self.devices[0]) for a in arrays]
+        return self._flatten(self.main(*args))
+
+    def _flatten(self, value) -> list:
+        if isinstance(value, self.tvm.runtime.Tensor):
+            return [value.numpy()]
+        if isinstance(value, self.tvm.runtime.ShapeTuple):  # an ONNX Shape output kept symbolic
+            import numpy as np
+
+            return [np.array(list(value), np.int64)]
+        return [array for item in value for array in self._flatten(item)]
+
+
+# ---------------------------------------------------------------------------------------
+# command line
+# ---------------------------------------------------------------------------------------
+
+def run(args: argparse.Namespace) -> int:
+    """Validate, load, run ``main`` (timed if asked), write the outputs."""
+    root = Path(args.artifact).absolute()
+    manifest = read_manifest(root)
+    if len(manifest["parts"]) != 1:
+        raise RunError(f"{root}: {len(manifest['parts'])} parts; this runner runs single-part artifacts")
+    np, tvm, tvm_ffi, vm_class = import_runtime()
+    arrays = read_inputs(Path(args.inputs), manifest["inputs"], np)
+    built = (manifest.get("tvm_version"), manifest.get("tvm_ffi_version"))
+    if built != (tvm.__version__, tvm_ffi.__version__):
+        raise RunError(f"{root}: built with TVM {built[0]} / tvm-ffi {built[1]}, this runtime is TVM "
+                       f"{tvm.__version__} / tvm-ffi {tvm_ffi.__version__}; use a matching runtime")
+    part = Part(root, manifest["parts"][0], tvm, vm_class)
+
+    times_ms = []
+    runs = args.warmup + max(1, args.repeat or 0)
+    for i in range(runs):
+        start = time.perf_counter()
+        try:
+            outputs = part(arrays)
+        except Exception as err:  # noqa: BLE001 - TVM raises its own error classes
+            raise RunError(f"{root}: running main failed: {last_line(err)}") from None
+        if i >= args.warmup:
+            times_ms.append((time.perf_counter() - start) * 1e3)
+    specs = manifest["outputs"]
+    if len(outputs) != len(specs):
+        raise RunError(f"{root}: model returned {len(outputs)} outputs, manifest lists {len(specs)}")
+    named = {s["name"]: out for s, out in zip(specs, outputs)}
+
+    if args.outputs:
+        try:
+            write_npz(Path(args.outputs), named, np)
+        except OSError as err:
+            raise RunError(f"{args.outputs}: cannot write outputs ({err.strerror or err})") from None
+    for name, out in named.items():
+        print(f"{name}: {out.dtype.name}{list(out.shape)}")
+    timing = {"median_ms": statistics.median(times_ms), "min_ms": min(times_ms), "runs": len(times_ms),
+              "warmup": args.warmup, "devices": [str(d) for d in part.devices], "times_ms": times_ms}
+    if args.repeat:
+        print(f"main: median {timing['median_ms']:.3f} ms, min {timing['min_ms']:.3f} ms over "
+              f"{timing['runs']} runs after {args.warmup} warm-up on {', '.join(timing['devices'])}")
+    if args.json:
+        try:
+            Path(args.json).write_text(json.dumps(timing, indent=2) + "\n")
+        except OSError as err:
+            raise RunError(f"{args.json}: cannot write timings ({err.strerror or err})") from None
+    return 0
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run a hetc artifact with only the TVM runtime.")
+    parser.add_argument("artifact", help="artifact directory (with manifest.json)")
+    parser.add_argument("--inputs", required=True, help=".npz with one array per model input")
+    parser.add_argument("--outputs", help="write the outputs here (.npz, named by the manifest)")
+    parser.add_argument("--repeat", type=_count, default=0, help="time this many runs and print the median")
+    parser.add_argument("--warmup", type=_count, default=0, help="untimed runs before the timed ones")
+    parser.add_argument("--json", help="write the timings (ms) to this JSON file")
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except RunError as err:
+        print(f"error: {err}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - still one line, never a traceback
+        print(f"error: {type(err).__name__}: {last_line(err)}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
