@@ -102,14 +102,19 @@ def compile(
         return _compile(model, tgt, targets, options, base_dir, constant_inputs)
 
 
-def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: CompileOptions,
-             base_dir: str | os.PathLike | None, constant_inputs) -> CompiledModel:
-    times = {}
+def _import(model: ModelSource, targets: list[Target], options: CompileOptions,
+            base_dir: str | os.PathLike | None, constant_inputs):
+    """Load and convert the model: (loaded model, Relax module, op graph, {"import": seconds})."""
     start = time.perf_counter()
     loaded = load_model(model, options.input_shapes, base_dir, constant_inputs)
     mod = to_relax(loaded)
-    times["import"] = time.perf_counter() - start
-    graph = build_opgraph(mod, targets)
+    times = {"import": time.perf_counter() - start}
+    return loaded, mod, build_opgraph(mod, targets), times
+
+
+def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: CompileOptions,
+             base_dir: str | os.PathLike | None, constant_inputs) -> CompiledModel:
+    loaded, mod, graph, times = _import(model, targets, options, base_dir, constant_inputs)
     _check_supported(graph, tgt)
 
     start = time.perf_counter()
@@ -157,12 +162,7 @@ def _compile_split(model: ModelSource, targets: list[Target], options: CompileOp
     """One VM executable over several devices (``hetc.placement``); the host CPU's runtime drives it."""
     from . import placement as pl
 
-    times = {}
-    start = time.perf_counter()
-    loaded = load_model(model, options.input_shapes, base_dir, constant_inputs)
-    mod = to_relax(loaded)
-    times["import"] = time.perf_counter() - start
-    graph = build_opgraph(mod, targets)
+    loaded, mod, graph, times = _import(model, targets, options, base_dir, constant_inputs)
     placed = pl.resolve_placement(placement, graph, targets, pl.constant_bytes(mod))
     mod, names = pl.tag_nodes(mod, graph)
 

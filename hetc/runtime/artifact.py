@@ -15,7 +15,6 @@ compile leaves nothing behind and an existing good artifact is replaced only by 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
 import shutil
@@ -27,9 +26,8 @@ from pathlib import Path
 from .. import __version__
 from ..errors import ArtifactError, OutputPathError
 from ..frontends.onnx.loader import TensorSpec
-
-SCHEMA_VERSION = 1
-MANIFEST = "manifest.json"
+from . import standalone
+from .standalone import MANIFEST, SCHEMA_VERSION, sha256
 
 
 @dataclass(frozen=True)
@@ -83,14 +81,6 @@ class Manifest:
             schema_version=int(data["schema_version"]),
             files={str(k): str(v) for k, v in data["files"].items()},
         )
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _is_artifact(directory: Path) -> bool:
@@ -175,41 +165,24 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def read_manifest(root: Path, verify_files: bool = True) -> Manifest:
-    """Read and validate ``root/manifest.json`` against this hetc and TVM."""
+def read_manifest(root: Path) -> Manifest:
+    """Read and validate ``root/manifest.json`` against this hetc and TVM. The structure and
+    every file's sha256 are checked by the standalone runner's ``read_manifest`` (one set of
+    checks for ``hetc run`` and runtime-only deployments)."""
     import tvm
     import tvm_ffi
 
     root = Path(root)
-    path = root / MANIFEST
-    if not root.is_dir():
-        raise ArtifactError(f"{root}: no such artifact directory")
-    if not path.is_file():
-        raise ArtifactError(f"{root}: not a hetc artifact (no {MANIFEST})")
     try:
-        data = json.loads(path.read_text())
-        schema = int(data.get("schema_version", -1))
-    except (ValueError, OSError, AttributeError) as err:
-        raise ArtifactError(f"{path}: unreadable manifest ({err})") from err
-    if schema != SCHEMA_VERSION:
-        raise ArtifactError(f"{path}: artifact schema version {schema}, this hetc reads version "
-                            f"{SCHEMA_VERSION}; recompile the model with this hetc")
-    try:
+        data = standalone.read_manifest(root)
         manifest = Manifest.from_json(data)
+    except standalone.RunError as err:
+        raise ArtifactError(str(err)) from None
     except (KeyError, TypeError, ValueError) as err:
-        raise ArtifactError(f"{path}: malformed manifest (bad or missing field {err})") from err
+        raise ArtifactError(f"{root / MANIFEST}: malformed manifest (bad or missing field {err})") from err
     if manifest.tvm_version != tvm.__version__ or manifest.tvm_ffi_version != tvm_ffi.__version__:
         raise ArtifactError(
             f"{root}: built with TVM {manifest.tvm_version} / tvm-ffi {manifest.tvm_ffi_version}, "
             f"this is TVM {tvm.__version__} / tvm-ffi {tvm_ffi.__version__}; recompile the model"
         )
-    for part in manifest.parts:
-        if part.library not in manifest.files:
-            raise ArtifactError(f"{path}: part '{part.name}' library {part.library} is not listed in files")
-    for rel, digest in manifest.files.items() if verify_files else ():
-        file = (root / rel).resolve()
-        if not file.is_relative_to(root.resolve()) or not file.is_file():
-            raise ArtifactError(f"{root}: file {rel} is missing")
-        if sha256(file) != digest:
-            raise ArtifactError(f"{root}: file {rel} is damaged (checksum mismatch)")
     return manifest

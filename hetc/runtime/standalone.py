@@ -50,7 +50,7 @@ def last_line(err: BaseException) -> str:
 # manifest and inputs (no TVM needed)
 # ---------------------------------------------------------------------------------------
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -61,7 +61,8 @@ def _sha256(path: Path) -> str:
 def _check_specs(value, field: str) -> list[dict]:
     ok = isinstance(value, list) and all(
         isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("dtype"), str)
-        and isinstance(s.get("shape"), list) and all(isinstance(d, int) for d in s["shape"])
+        and isinstance(s.get("shape"), list)
+        and all(d is None or isinstance(d, int) for d in s["shape"])  # None: data-dependent output dim
         for s in value)
     if not ok:
         raise TypeError(field)
@@ -115,7 +116,7 @@ def read_manifest(root: Path) -> dict:
         file = (root / rel).resolve()
         if not file.is_relative_to(resolved_root) or not file.is_file():
             raise RunError(f"{root}: file {rel} is missing")
-        actual = _sha256(file)
+        actual = sha256(file)
         if actual != expected:
             raise RunError(f"{root}: file {rel} is damaged (sha256 mismatch: manifest {expected[:12]}…, "
                            f"file {actual[:12]}…)")

@@ -123,11 +123,10 @@ def find_cuda_blobs(blob: bytes) -> list[CudaBlob]:
 
 
 def _data_offset(blob: bytes, payload: int, length: int) -> int | None:
-    """Offset of the payload's last field (u64 length + data), found by walking back from its end:
-    the data is the payload's tail, so its length prefix is the u64 that makes it end exactly there."""
+    """Offset of the payload's last field (u64 length + data): the data is the payload's tail,
+    so its length prefix is the first u64 after ``fmt`` that makes it end exactly there (the
+    function table in between holds only short strings and small counts)."""
     end = payload + length
-    # The function table between fmt and data holds only short strings and counts; data is the
-    # largest field. Scan candidate prefixes from the front of the payload.
     pos = payload + 8 + _U64.unpack_from(blob, payload)[0]
     while pos + 8 <= end:
         (n,) = _U64.unpack_from(blob, pos)

@@ -40,22 +40,14 @@ def gpu_schedule_pass(target: tvm.target.Target) -> tvm.transform.Pass:
 
     @tvm.transform.module_pass(opt_level=0, name="HetcGPUDefaultSchedules")
     def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        rules = gpu_rules()
         updates = {}
         for gv, func in mod.functions.items():
             if not isinstance(func, tirx.PrimFunc) or _is_scheduled(func):
                 continue
             func_target = _target_of(func, target)
-            if func_target.kind.name != "cuda":
-                continue
-            with func_target:
-                for rule in rules:
-                    sch = rule.apply(func, func_target, False)
-                    if sch is not None:
-                        sch = sch[0] if isinstance(sch, list) else sch
-                        updates[gv] = (sch.mod["main"].with_attr("tirx.is_scheduled", True)
-                                       .with_attr(RULE_ATTR, f"dlight.{type(rule).__name__}"))
-                        break
+            if func_target.kind.name == "cuda" and (found := variants(func, func_target)):
+                rule, sch = found[0]
+                updates[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr(RULE_ATTR, rule)
         for gv, func in updates.items():
             mod[gv] = func
         return mod
