@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import assert_close, ort_run
-from onnx import helper
+from onnx import helper, numpy_helper
 from onnx_util import make, tensor
 
 import hetc
@@ -49,6 +49,14 @@ def _single(op, in_shapes, out_shape, inits=None, **attrs):
     return make([node], [tensor(nm, s) for nm, s in zip(names, in_shapes)], [tensor("out", out_shape)], inits)
 
 
+def _conv_pool_model(pool, **attrs):
+    conv = _conv_model(1, 8, 11, 11, 32, 3, pad=1, relu=True)
+    nodes = list(conv.graph.node) + [helper.make_node(pool, ["z"], ["p"], kernel_shape=[3, 3], **attrs)]
+    size = (11 + 2 - 3) // attrs.get("strides", [1])[0] + 1
+    return make(nodes, [tensor("x", [1, 8, 11, 11])], [tensor("p", [1, 32, size, size])],
+                {i.name: numpy_helper.to_array(i) for i in conv.graph.initializer})
+
+
 CASES = {
     # name: (model, rule every heavy kernel must get)
     "conv3x3_batch2_odd": (lambda: _conv_model(2, 3, 15, 13, 16, 3, pad=1, relu=True), "contraction"),
@@ -59,9 +67,13 @@ CASES = {
                                "contraction"),
     "conv_48_channels": (lambda: _conv_model(1, 24, 9, 9, 48, 3, pad=1), "contraction"),
     "conv_odd_channels": (lambda: _conv_model(1, 5, 10, 10, 7, 3, pad=1), "contraction"),
-    "depthwise3x3": (lambda: _conv_model(1, 32, 14, 14, 32, 3, pad=1, group=32, relu=True), "contraction"),
+    "depthwise3x3": (lambda: _conv_model(1, 32, 14, 14, 32, 3, pad=1, group=32, relu=True), "sliding-window"),
     "depthwise3x3_stride2": (lambda: _conv_model(2, 48, 15, 15, 48, 3, stride=2, pad=1, group=48),
-                             "contraction"),
+                             "sliding-window"),
+    "depthwise5x5_prime_width": (lambda: _conv_model(1, 16, 13, 13, 16, 5, pad=2, group=16), "sliding-window"),
+    # 24 channels are not whole vectors: the contraction rule's half-vector tiles take it
+    "depthwise_24_channels": (lambda: _conv_model(1, 24, 10, 10, 24, 3, pad=1, group=24), "contraction"),
+    "conv3x3_rgb_stem": (lambda: _conv_model(1, 3, 32, 32, 32, 3, stride=2, pad=1, relu=True), "contraction"),
     "grouped_conv": (lambda: _conv_model(1, 16, 8, 8, 32, 3, pad=1, group=4), None),
     "matmul_const_odd": (lambda: _single("MatMul", [[2, 37, 53]], [2, 37, 29], {"W": _w(53, 29)}), "contraction"),
     "matmul_const_bert": (lambda: _single("MatMul", [[1, 128, 96]], [1, 128, 192], {"W": _w(96, 192)}),
@@ -74,6 +86,11 @@ CASES = {
                                       strides=[2, 2], pads=[1, 1, 1, 1]), None),
     "avgpool2x2": (lambda: _single("AveragePool", [[1, 32, 8, 8]], [1, 32, 4, 4], kernel_shape=[2, 2],
                                    strides=[2, 2]), None),
+    "avgpool3x3_pad_excluded": (lambda: _single("AveragePool", [[1, 16, 9, 9]], [1, 16, 9, 9], kernel_shape=[3, 3],
+                                                pads=[1, 1, 1, 1]), None),
+    # after a conv the pool is NHWC too: channels innermost, the sliding-window rule's form
+    "conv_then_maxpool": (lambda: _conv_pool_model("MaxPool", pads=[1, 1, 1, 1], strides=[2, 2]), "sliding-window"),
+    "conv_then_avgpool": (lambda: _conv_pool_model("AveragePool", pads=[1, 1, 1, 1]), "sliding-window"),
     "global_avgpool": (lambda: _single("GlobalAveragePool", [[2, 64, 7, 7]], [2, 64, 1, 1]), None),
     "softmax": (lambda: _single("Softmax", [[4, 12, 33]], [4, 12, 33], axis=-1), None),
     "layernorm": (lambda: _single("LayerNormalization", [[2, 10, 96]], [2, 10, 96],
@@ -136,3 +153,49 @@ def test_register_tile_uses_half_vectors_for_24_channels():
     assert tile.width == 8 and tile.vj == 24 and tile.rows >= 4
     assert choose_tile(10, 7, 16, 32, [10]).width == 0  # 7 columns: scalar, still correct
     assert choose_tile(64, 64, 0, 32, [64]).width == 0  # int8/bool: no explicit vectors
+
+
+@pytest.mark.parametrize("name", ["depthwise3x3_stride2", "depthwise5x5_prime_width", "conv_then_maxpool",
+                                  "conv_then_avgpool"])
+def test_every_sliding_window_variant_is_correct(name):
+    """The tuner measures all of a rule's variants, so each must compute the same as the
+    unscheduled kernel (row bands with a padded buffer included)."""
+    import tvm
+    from tvm import tirx
+
+    from hetc import api
+    from hetc.backends.cpu.codegen import llvm_target
+    from hetc.backends.cpu.pipeline import pre_schedule_stages
+    from hetc.backends.cpu.schedules import depthwise
+    from hetc.options import CompileOptions
+    from hetc.targets import parse_targets
+
+    options, targets = CompileOptions(), parse_targets("cpu")
+    _, mod, _, _ = api._import(CASES[name][0](), targets, options, None, None)
+    mod, _ = api.run_pipeline(mod, pre_schedule_stages(options))
+    target = llvm_target(options)
+    checked = 0
+    for func in (f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)):
+        schedules = []
+        for variant in range(depthwise.RULE.variants):
+            sch = depthwise.apply(func, target, 16, variant)
+            if sch is None:
+                break
+            schedules.append(sch.mod["main"])
+        if not schedules:
+            continue
+        rng = np.random.default_rng(0)
+        values = [rng.standard_normal([int(d) for d in b.shape]).astype(b.dtype) for b in func.params]
+
+        def run(f, values=values):
+            f = f.with_attr("global_symbol", "main").with_attr("tir.is_scheduled", True)
+            lib = tvm.tirx.build(tvm.IRModule({"main": f}), target=target)
+            args = [tvm.runtime.tensor(v) for v in values]
+            lib["main"](*args)
+            return args[-1].numpy()
+
+        want = run(func)
+        for f in schedules:
+            assert_close(run(f), want)
+        checked += 1
+    assert checked == 1

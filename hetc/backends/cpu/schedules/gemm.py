@@ -46,6 +46,16 @@ from .common import (
 log = logging.getLogger(__name__)
 
 MAX_ROWS = 14  # register-tile rows: unrolled, each a broadcast per reduction step
+# Vector registers a tile may fill (accumulators + operand vectors + a broadcast): AVX-512 has
+# 32, but tiles above 27 (8 rows x 3 vectors = 28) ran 1.4-1.8x slower than the next smaller
+# tile on MobileNetV2's 1x1 convs and were no faster elsewhere; the rest hold the epilogue's
+# constants. 16-register files (AVX2) keep all 16.
+TILE_REGISTERS = 27
+# A packed weight this small stays in every thread's cache whole, so tasks go row-block major
+# (a thread writes whole output pixels; the activations are read once). Larger weights go
+# panel major, so that a thread's run of tasks reuses one column panel. On MobileNetV2's
+# expansion convs (K=16..24) row-major ran 1.5-1.8x faster; on K>=576 it ran ~10% slower.
+SMALL_WEIGHT_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -173,7 +183,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     batch = [it for it in spatial[:-1] if any(_uses(e, it.var) for ind in shared for e in ind)]
     rows_axes = [it for it in spatial[:-1] if it not in batch]
     m = math.prod(it.dom for it in rows_axes)
-    tiles = tile_candidates(m, j.dom, lanes if vector_dtypes(block) else 0, 32 if lanes >= 16 else 16,
+    tiles = tile_candidates(m, j.dom, lanes if vector_dtypes(block) else 0, TILE_REGISTERS if lanes >= 16 else 16,
                             [it.dom for it in rows_axes])
     if variant >= len(tiles):
         return False
@@ -188,11 +198,14 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     # Producers: plain copies/reshapes are inlined. Padding (a conditional) stays a separate
     # pass before a real contraction (its reduction loop must stay branch-free), but is inlined
     # into depthwise convs and pools, where every load is a vector along j anyway and a
-    # separate pass would double the memory traffic.
+    # separate pass would double the memory traffic, and where the padded tensor has fewer
+    # channels than a vector (an RGB stem: the pass would run scalar; inlined, 1.35x faster).
     per_channel = all(any(_uses(r.min, jvar) for r in read.region) for read in block.reads
                       if any(_uses(r.min, it.var) for r in read.region for it in reduce))
     for producer in reversed(infos[:infos.index(main)]):
-        if per_channel or not _has_condition(sch.get(producer.block_rv).body):
+        pblock = sch.get(producer.block_rv)
+        narrow = int(pblock.writes[0].source.shape[-1]) < max(lanes, 4)
+        if per_channel or narrow or not _has_condition(pblock.body):
             try:
                 sch.compute_inline(producer.block_rv)
                 continue
@@ -209,6 +222,9 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
         mloop = sch.fuse(*[loops[it.var] for it in rows_axes]) if len(rows_axes) > 1 else loops[rows_axes[0].var]
         io, ii = sch.split(mloop, [None, tile.rows])
         tile_loops.append(io)
+        weight_bytes = math.prod(it.dom for it in reduce) * j.dom * 4
+        if packs and weight_bytes <= SMALL_WEIGHT_BYTES:
+            tile_loops.reverse()
     outer = [loops[it.var] for it in batch]
     sch.reorder(*outer, *tile_loops, *r_loops, *([ii] if ii is not None else []), ji)
 
@@ -216,7 +232,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     epilogue = inline_chain(sch, acc, infos, main)
     sch.reverse_compute_at(epilogue, tile_loops[-1], preserve_unit_loops=True)
     # One task per register tile; the static chunking of a parallel loop hands each thread a
-    # contiguous run of tiles of the same column panel, so the panel stays in its cache.
+    # contiguous run of tiles: of one column panel (panel major), or of whole rows.
     sch.parallel(sch.fuse(*outer, *tile_loops))
     if ii is not None:
         sch.unroll(ii)
