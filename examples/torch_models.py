@@ -209,14 +209,31 @@ class BertEncoder(nn.Module):
         return x, torch.tanh(self.pooler(x[:, 0]))
 
 
-def _image_model(cls: type[nn.Module]) -> Callable[[], tuple[nn.Module, Inputs]]:
+class SmallCNN(nn.Module):
+    """A small edge CNN (the FPGA examples' size): conv-BN-ReLU, a depthwise-separable block with
+    a residual, max pooling, global average pooling and a linear classifier; 32x32 input."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(*_conv_bn(3, 16, 3), nn.ReLU())
+        self.block = nn.Sequential(*_conv_bn(16, 16, 3, groups=16), nn.ReLU6(), *_conv_bn(16, 16, 1))
+        self.down = nn.Sequential(nn.MaxPool2d(2), *_conv_bn(16, 32, 3, stride=2), nn.ReLU())
+        self.fc = nn.Linear(32, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = self.down(torch.relu(x + self.block(x)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _image_model(cls: type[nn.Module], size: int = 224) -> Callable[[], tuple[nn.Module, Inputs]]:
     def build() -> tuple[nn.Module, Inputs]:
         torch.manual_seed(SEED)
         model = cls()
         _randomize_norms(model)
         gen = torch.Generator().manual_seed(SEED + 1)
-        return model.eval(), {"input": torch.randn(1, 3, 224, 224, generator=gen)}
-    build.__doc__ = f"Seeded {cls.__name__} in eval mode and a [1, 3, 224, 224] image."
+        return model.eval(), {"input": torch.randn(1, 3, size, size, generator=gen)}
+    build.__doc__ = f"Seeded {cls.__name__} in eval mode and a [1, 3, {size}, {size}] image."
     return build
 
 
@@ -235,10 +252,11 @@ def bert_encoder(seq_len: int = 64, vocab: int = 1000) -> tuple[nn.Module, Input
 MODELS: dict[str, Callable[[], tuple[nn.Module, Inputs]]] = {
     "resnet18": _image_model(ResNet18),
     "mobilenet_v2": _image_model(MobileNetV2),
+    "small_cnn": _image_model(SmallCNN, 32),
     "bert_encoder": bert_encoder,
 }
 """name -> builder of (eval-mode model, example inputs in forward-argument order)."""
-OUTPUT_NAMES: dict[str, list[str]] = {"resnet18": ["logits"], "mobilenet_v2": ["logits"],
+OUTPUT_NAMES: dict[str, list[str]] = {"resnet18": ["logits"], "mobilenet_v2": ["logits"], "small_cnn": ["logits"],
                                       "bert_encoder": ["last_hidden_state", "pooler_output"]}
 
 

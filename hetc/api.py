@@ -32,11 +32,23 @@ from .targets import Target, TargetKind, get_target, parse_targets
 __all__ = ["CompiledModel", "Inspection", "compile", "inspect_model", "load"]
 
 
-def _single_target(targets: list[Target]) -> Target:
-    if targets[0].kind is not TargetKind.TVM_NATIVE:
-        raise UsageError(f"target '{targets[0].name}': compiling for a {targets[0].kind.value} target "
-                         "alone is not supported yet")
-    return targets[0]
+def _host_target(targets: list[Target], split: bool) -> Target | None:
+    """The TVM-native target that runs the model around external (BYOC) targets' regions, or
+    None when the model is split over several TVM-native devices (a placement)."""
+    native = [t for t in targets if t.kind is TargetKind.TVM_NATIVE]
+    external = [t.name for t in targets if t.kind is TargetKind.EXTERNAL]
+    if external and (split or len(native) > 1):
+        raise UsageError(f"target(s) {', '.join(external)} with a placement over several devices come with "
+                         f"the placement solver; use --target {','.join(external)},cpu")
+    if split or len(native) > 1:
+        return None
+    if not native:
+        raise UsageError(f"target(s) {', '.join(external)} run regions of the model that the host calls; "
+                         f"add the host: --target {','.join(external)},cpu")
+    if external and native[0].name != "cpu":
+        raise UsageError(f"target(s) {', '.join(external)} are driven by the host CPU; use "
+                         f"--target {','.join(external)},cpu")
+    return native[0]
 
 
 def _check_supported(graph: OpGraph, target: Target) -> None:
@@ -77,6 +89,8 @@ def compile(
     database: str | os.PathLike | None = None,
     arch: Sequence[str] = (),
     placement: Mapping[str, str] | str | os.PathLike | None = None,
+    precision: str | os.PathLike | None = None,
+    calibration: str | os.PathLike | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model (path or ``ModelProto``) for ``target``.
 
@@ -88,18 +102,22 @@ def compile(
     to build binaries for (``"sm_90"``, or a device name from ``hetc/devices``; default sm_90).
     ``placement`` splits the model over devices: ``{node name: "cpu:0" | "cpu:1" | "cuda:0" ...}``
     or a plan.json path (docs/placement.md); with several targets and no placement, every op the
-    first accelerator supports goes to it and the rest to cpu:0.
+    first accelerator supports goes to it and the rest to cpu:0. ``precision`` and
+    ``calibration`` choose the FPGA's number types (docs/fpga.md): "float" (default), "fixed"
+    (ranges from the ``calibration`` .npz of model inputs), a type like "ap_fixed<16,6>", or a
+    JSON file of per-layer types.
     """
     targets = parse_targets(target)
     options = CompileOptions(tuple(t.name for t in targets),
                              {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout, num_threads,
-                             None if database is None else str(database), tuple(arch))
-    if placement is not None or len(targets) > 1:
-        with filtered_stderr():
-            return _compile_split(model, targets, options, placement, base_dir, constant_inputs)
-    tgt = _single_target(targets)
+                             None if database is None else str(database), tuple(arch),
+                             None if precision is None else str(precision),
+                             None if calibration is None else str(calibration))
+    host = _host_target(targets, placement is not None)
     with filtered_stderr():
-        return _compile(model, tgt, targets, options, base_dir, constant_inputs)
+        if host is None:
+            return _compile_split(model, targets, options, placement, base_dir, constant_inputs)
+        return _compile(model, host, targets, options, base_dir, constant_inputs)
 
 
 def _import(model: ModelSource, targets: list[Target], options: CompileOptions,
@@ -116,9 +134,17 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
              base_dir: str | os.PathLike | None, constant_inputs) -> CompiledModel:
     loaded, mod, graph, times = _import(model, targets, options, base_dir, constant_inputs)
     _check_supported(graph, tgt)
+    # External targets cut their regions out inside the host's pipeline (Backend.offload).
+    offloads = [t.backend.offload(options, graph, loaded.inputs) for t in targets if t.kind is TargetKind.EXTERNAL]
+    if offloads:
+        from .placement.apply import tag_nodes
+
+        mod, _ = tag_nodes(mod, graph)  # op names survive the graph passes, for the regions' node lists
 
     start = time.perf_counter()
-    mod, stage_reports = run_pipeline(mod, tgt.backend.stages(options))
+    mod, stage_reports = run_pipeline(
+        mod, tgt.backend.stages(options, [s for o in offloads for s in o.stages()]) if offloads
+        else tgt.backend.stages(options))
     times["passes"] = time.perf_counter() - start
     kernels = _kernel_schedules(mod)
     start = time.perf_counter()
@@ -132,14 +158,24 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
         parts=[Part("main", tgt.name, f"{tgt.device_type}:0", emulated=False, library=library,
                     threads=options.num_threads)],
         tvm_version=tvm.__version__, tvm_ffi_version=tvm_ffi.__version__,
+        offloads=[record for o in offloads for record in o.records("main")],
     )
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
-    plan = {"solver": "single-target", "parts": {"main": tgt.name},
-            "nodes": [{"name": n.name, "op": n.op, "device": f"{tgt.device_type}:0"} for n in graph.nodes]}
+    device = {name: record.device for record in manifest.offloads for name in record.nodes}
+    for o in offloads:
+        report.setdefault("offload", {})[o.target] = o.report()
+    # with offloads, "placed": false marks ops folded into others before partitioning
+    seen = set().union(*(o.seen for o in offloads)) if offloads else None
+    plan = {"solver": "single-target" if not offloads else "offload-supported",
+            "parts": {"main": tgt.name},
+            "nodes": [{"name": n.name, "op": n.op, "device": device.get(n.name, f"{tgt.device_type}:0"),
+                       **({"placed": n.name in seen} if seen is not None else {})} for n in graph.nodes]}
 
     def write_parts(tmp: Path) -> None:
         (tmp / tgt.name).mkdir()
         tgt.backend.export(executable, tmp / library, options)
+        for o in offloads:
+            o.write(tmp)
 
     return CompiledModel(manifest, report, plan, [tgt.backend.runner(executable, options.num_threads)],
                          write_parts)

@@ -116,9 +116,15 @@ arch_option = click.option("--arch", default=None, metavar="SM[,SM...]|DEVICE",
 @click.option("--placement", type=click.Path(path_type=Path), default=None, metavar="PLAN.json",
               help="Run each op on the device a plan.json names (cpu:0, cpu:1, cuda:0, ...); "
                    "see docs/placement.md.")
+@click.option("--precision", default=None, metavar="TYPE|fixed|float|FILE.json",
+              help="FPGA number types: float (default), fixed (from --calibration), a type such as "
+                   "ap_fixed<16,6>, or a JSON file of per-layer types (docs/fpga.md).")
+@click.option("--calibration", type=click.Path(path_type=Path), default=None, metavar="DATA.npz",
+              help="Model inputs (samples along axis 0) whose value ranges choose the FPGA's fixed-point types.")
 @click.option("-v", "--verbose", is_flag=True, help="Print the pass pipeline table.")
 def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_inputs, layout, threads: int,
-                database: Path | None, arch: str | None, placement: Path | None, verbose: bool) -> None:
+                database: Path | None, arch: str | None, placement: Path | None, precision: str | None,
+                calibration: Path | None, verbose: bool) -> None:
     """Compile MODEL (ONNX) into an artifact directory."""
     from . import api
     from .options import parse_arch
@@ -134,7 +140,7 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
     start = time.perf_counter()
     compiled = api.compile(model, target=target, input_shapes=shapes, layout=layout, num_threads=threads,
                            constant_inputs=constants, database=database, arch=parse_arch(arch),
-                           placement=placement)
+                           placement=placement, precision=precision, calibration=calibration)
     out = compiled.save(output)
     if verbose:
         console.print(_stage_table(compiled.report))
@@ -142,10 +148,20 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
     console.print(f"compiled {compiled.manifest.model} for {','.join(compiled.manifest.targets)}: "
                   f"{graph['nodes']} ops, {graph['flops'] / 1e9:.3f} GFLOP, "
                   f"{time.perf_counter() - start:.1f} s -> {out}")
+    _print_offloads(compiled.manifest)
     if "placement" in compiled.report:
         placed = compiled.report["placement"]
         console.print(f"placed on {','.join(placed['devices'])}: {placed['transfers']} transfer(s), "
                       f"{placed['transfer_bytes']:,} bytes per run (plan.json lists them)")
+
+
+def _print_offloads(manifest) -> None:
+    """One line per region an external target runs, saying how it runs here (never hidden)."""
+    for o in manifest.offloads:
+        how = {"c-simulation": "C-simulation (emulated: no FPGA here)",
+               "emulation": "emulation (no device here)"}.get(o.execution, o.execution)
+        console.print(f"{o.target} region {o.name}: {len(o.nodes)} op(s) on {o.device}, runs as {how}"
+                      + (f"; HLS project in {o.project}/" if o.project else ""))
 
 
 def _reference_outputs(model: Path, inputs: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
@@ -207,6 +223,7 @@ def run_cmd(artifact: Path, inputs_path: Path, outputs_path: Path | None, refere
                 row += [f"{scale:.4g}", f"{abs_err:.3e}", f"{rel:.3e}"]
         table.add_row(*row)
     console.print(table)
+    _print_offloads(model.manifest)
     if failed:
         raise HetcError(f"output(s) {', '.join(failed)} differ from onnxruntime by more than "
                         f"{tolerance:g} x max |reference|")

@@ -21,6 +21,10 @@ class CompileOptions:
     database: str | None = None  # tuning database directory (hetc tune); None = default schedules
     # GPU code architectures ("sm_90", or a device spec name from hetc/devices); () = the target's default
     arch: tuple[str, ...] = ()
+    # FPGA number types: "float", "fixed" (from --calibration ranges, else a default), a type
+    # such as "ap_fixed<16,6>", or a JSON file of per-layer types (docs/fpga.md); None = float
+    precision: str | None = None
+    calibration: str | None = None  # .npz of model inputs for choosing fixed-point ranges
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -34,6 +38,12 @@ class CompileOptions:
                 if arch not in all_specs():
                     raise UsageError(f"invalid arch {arch!r}; expected sm_XX (e.g. sm_90) or a device: "
                                      f"{', '.join(all_specs())}")
+
+        if self.calibration is not None:
+            if self.precision not in (None, "fixed"):
+                raise UsageError("--calibration chooses fixed-point types: use it with --precision fixed "
+                                 "(or alone)")
+            object.__setattr__(self, "precision", "fixed")
 
     @property
     def threads(self) -> int:

@@ -49,6 +49,10 @@ class Backend:
     runner: Callable[..., Any]  # runtime.py: (executable, threads) -> runner, no round trip to disk
     # codegen.py: CompileOptions -> tvm.target.Target, for TVM-native targets (VDevice placement)
     tvm_target: Callable[..., Any] | None = None
+    # pipeline.py, for external (BYOC) targets: CompileOptions -> an ``Offload`` build whose
+    # ``stages()`` partition the module and generate the regions' code inside the host's
+    # pipeline (after the layout passes, before legalization); see hetc/backends/fpga/pipeline.py
+    offload: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,23 @@ class Part:
 
 
 @dataclass
+class Offload:
+    """A region of a part that an external (BYOC) target runs: its code is linked into the
+    part's library, so the part's runner runs it. ``execution`` says how it runs here:
+    "c-simulation" (FPGA, g++-compiled HLS C++), "emulation" (onnxruntime standing in for the
+    device) or "device"; ``emulated`` is True unless it is "device"."""
+
+    name: str  # the region's symbol in the library
+    target: str
+    device: str  # e.g. "fpga:0"
+    part: str  # the part whose library holds it
+    execution: str
+    emulated: bool
+    project: str = ""  # the region's generated sources, relative to the artifact root
+    nodes: list[str] = field(default_factory=list)  # the model's ops it runs
+
+
+@dataclass
 class Manifest:
     model: str
     targets: list[str]
@@ -58,9 +75,12 @@ class Manifest:
     hetc_version: str = __version__
     schema_version: int = SCHEMA_VERSION
     files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
+    offloads: list[Offload] = field(default_factory=list)  # written only when there are any
 
     def to_json(self) -> dict:
         data = asdict(self)
+        if not self.offloads:
+            del data["offloads"]
         # "devices" is written only for split parts: one-device manifests read as before.
         data["parts"] = [{k: v for k, v in part.items() if k != "devices" or v} for part in data["parts"]]
         data["inputs"] = [s.to_json() for s in self.inputs]
@@ -80,6 +100,7 @@ class Manifest:
             hetc_version=str(data["hetc_version"]),
             schema_version=int(data["schema_version"]),
             files={str(k): str(v) for k, v in data["files"].items()},
+            offloads=[Offload(**o) for o in data.get("offloads", [])],
         )
 
 

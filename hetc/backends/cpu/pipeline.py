@@ -7,6 +7,8 @@ rest, and the compile-time layout transform of constant weights the schedules as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tvm import relax, topi
 
 from ...options import CompileOptions
@@ -54,12 +56,17 @@ def schedule_passes(options: CompileOptions) -> list[Stage]:
     ]
 
 
-def pre_schedule_stages(options: CompileOptions) -> list[Stage]:
-    """Everything before scheduling: the module the tuner extracts its tasks from."""
+def pre_schedule_stages(options: CompileOptions, offload: Sequence[Stage] = ()) -> list[Stage]:
+    """Everything before scheduling: the module the tuner extracts its tasks from.
+
+    ``offload``: the stages of external targets (BYOC) that cut their regions out of the
+    module; they see the graph after the layout passes (NHWC convs) and before legalization.
+    """
     return (
         inference_passes()
         + simplify_passes()
         + layout_passes(options.layout or "NHWC")
+        + list(offload)
         + legalize_passes(FAST_MATH)
         + fusion_passes()
         + [Stage("mark_constant_params", "tell each kernel which of its inputs are constants (packable)",
@@ -67,6 +74,6 @@ def pre_schedule_stages(options: CompileOptions) -> list[Stage]:
     )
 
 
-def stages(options: CompileOptions) -> list[Stage]:
-    """The CPU pipeline, in order."""
-    return pre_schedule_stages(options) + tuning_database_passes(options) + schedule_passes(options)
+def stages(options: CompileOptions, offload: Sequence[Stage] = ()) -> list[Stage]:
+    """The CPU pipeline, in order (``offload``: see ``pre_schedule_stages``)."""
+    return pre_schedule_stages(options, offload) + tuning_database_passes(options) + schedule_passes(options)

@@ -1,0 +1,145 @@
+"""FPGA code generation: each BYOC region becomes typed layers, an HLS project and a C-simulation
+object that the host's library links.
+
+``relax.ext.hetc_fpga`` is the codegen ``RunCodegen`` calls with the regions of the module; it
+works for the ``FpgaOffload`` of the compile in progress (``active``). Per region,
+``generate``:
+
+1. ``region.region_from_function``: the Region (layers, weights, reuse factors);
+2. number types (``precision``, from ``--precision`` / ``--calibration``), and with calibration
+   data each layer's measured error against float;
+3. ``emit.project_files``: the Vitis HLS project, with a testbench whose data are the
+   calibration samples (or seeded random inputs) and the bit-exact emulated outputs;
+4. ``estimates.estimate``: cycles and resources (analytical);
+5. ``emit.csim_source`` compiled by g++ into an object exporting the region's symbol, returned
+   as a static library: ``export_library`` links it into the artifact's model.so, where the
+   VM's ``call_dps_packed`` finds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import tvm
+import tvm_ffi
+
+from ...errors import CompileError, UsageError
+from . import emit, estimates, precision, toolchain
+from .layers import NumType, Region
+from .region import region_from_function
+
+_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("hetc_fpga_offload")
+_TAG = re.compile(r"hetc_(\d+)_")
+
+
+@contextlib.contextmanager
+def active(offload):
+    token = _ACTIVE.set(offload)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+@tvm.register_global_func("relax.ext.hetc_fpga")
+def _codegen(functions, _options, _constant_names):
+    offload = _ACTIVE.get(None)
+    if offload is None:
+        raise CompileError("internal: FPGA regions reached RunCodegen outside an hetc compile")
+    return [generate(func, offload) for func in functions]
+
+
+def generate(func, offload):
+    """The static library (C-simulation object) of one region; records it on ``offload``."""
+    from .pipeline import BuiltRegion
+
+    symbol = str(func.attrs["global_symbol"])
+    region = region_from_function(func, symbol, offload.limits)
+    region.name = symbol  # the VM calls the region by this symbol ("fpga_region<k>": a plain identifier)
+    samples = offload.region_inputs(symbol)
+    typed, how = _types(region, offload.options, samples)
+    errors = precision.error_report(typed, precision.choose(region, "float"), samples) if (
+        samples is not None and how != "float") else {}
+    options = emit.EmitOptions()
+    files = emit.project_files(typed, options)
+    files.update(_testbench(typed, samples))
+    estimate = estimates.estimate(typed, options.clock_ns).to_json()
+    obj = Path(offload.workdir.name) / f"{symbol}.o"
+    source = obj.with_suffix(".cc")
+    source.write_text(emit.csim_source(typed, options))
+    toolchain.compile_cpp([source], obj, ["-std=c++17", "-fPIC", "-c", "-I", tvm_ffi.libinfo.find_include_path(),
+                                          "-I", tvm_ffi.libinfo.find_dlpack_include_path()])
+    offload.regions.append(BuiltRegion(symbol, typed, files, estimate, errors, how, node_ids(func)))
+    return tvm.runtime.load_static_library(str(obj), [emit.top_name(typed)])
+
+
+def _types(region: Region, options, samples) -> tuple[Region, str]:
+    """The region with its number types, and a description of how they were chosen."""
+    spec = options.precision or "float"
+    if spec in ("float", "fixed"):
+        return precision.choose(region, spec, samples), (
+            spec if spec == "float" or samples is None else "fixed (calibrated)")
+    if spec.endswith(".json"):
+        return _from_json(region, spec), f"per-layer types from {Path(spec).name}"
+    try:
+        NumType.parse(spec)
+    except ValueError:
+        raise UsageError(f"invalid --precision {spec!r}: use float, fixed, a type like ap_fixed<16,6>, or a "
+                         ".json file of per-layer types") from None
+    return precision.choose(region, spec), spec
+
+
+def _from_json(region: Region, path: str) -> Region:
+    """``{"default": "ap_fixed<16,6>", "layers": {"<region>.<layer>[.weight|.bias|.accum]": type}}``
+    (docs/fpga.md); keys for other regions are skipped."""
+    try:
+        data = json.loads(Path(path).read_text())
+        default = str(data.get("default", "fixed"))
+        layers = {str(k): str(v) for k, v in dict(data.get("layers", {})).items()}
+    except FileNotFoundError:
+        raise UsageError(f"--precision {path}: no such file") from None
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        raise UsageError(f"--precision {path}: not a JSON object of types ({err})") from None
+    mine = {k.partition(".")[2]: v for k, v in layers.items() if k.partition(".")[0] == region.name}
+    return precision.choose(region, default, overrides=mine)
+
+
+def _testbench(region: Region, samples) -> dict[str, str]:
+    """Testbench data: the calibration samples (up to 4) or seeded normal inputs, and the
+    outputs the bit-exact emulation computes for them (tolerance 0 for fixed point, 1e-4
+    relative for float, whose sums the C++ orders differently)."""
+    from . import emulate
+
+    if samples is None:
+        rng = np.random.default_rng(0)
+        samples = [rng.standard_normal((2, *shape)).astype(np.float32) for _, shape in region.inputs]
+    samples = [np.asarray(s)[:4] for s in samples]
+    fixed = not all(layer.result.is_float for layer in region.layers)
+    values = emulate.run(region, samples, fixed=fixed)
+    expected = [values[name].astype(np.float32) for name in region.outputs]
+    return emit.testbench_data(region, samples, expected, atol=0.0, rtol=0.0 if fixed else 1e-4)
+
+
+def node_ids(func) -> set[int]:
+    """The op graph ids named in a function and the functions bound inside it (op bindings
+    carry ``hetc_<node id>_`` tags)."""
+    from tvm import relax
+
+    ids: set[int] = set()
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Function):
+            for block in expr.body.blocks:
+                for binding in block.bindings:
+                    match = _TAG.fullmatch(binding.var.name)
+                    if match:
+                        ids.add(int(match.group(1)))
+                    visit(binding.value)
+
+    visit(func)
+    return ids

@@ -1,0 +1,22 @@
+"""FPGA regions at run time: C-simulation inside the host's library.
+
+There is no FPGA here. Each region's HLS C++ is compiled by g++ (``codegen.generate``) into
+the host CPU's library, where the VM calls it like any kernel: the part's runner runs the
+whole model, FPGA regions included, bit-exact to what the HLS design computes. The manifest
+(``offloads``), ``hetc run`` and the report label every such region "c-simulation". Running
+the exported kernel on a real card is the generated project's ``host/`` program (XRT).
+"""
+
+from __future__ import annotations
+
+from ...errors import UsageError
+
+EXECUTION = "c-simulation"
+
+
+def _host_only(*_args, **_kwargs):
+    raise UsageError("the fpga target runs regions of a model inside the host CPU's library; "
+                     "compile with --target fpga,cpu")
+
+
+load = runner = _host_only
