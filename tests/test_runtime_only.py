@@ -217,3 +217,24 @@ def test_wheel_tags():
     assert bundle.fits([("cp311", "cp311", manylinux)], "3.11")
     assert bundle.fits([("cp38", "abi3", manylinux)], "3.12") and not bundle.fits([("cp313", "abi3", manylinux)],
                                                                                  "3.12")
+
+
+def test_fpga_c_simulation_runs_with_the_runtime_only(built, isolated, tmp_path):
+    """An artifact with an FPGA region: its C-simulation is inside model.so, so TVM's runtime
+    alone runs it, and the runner says the region ran as C-simulation."""
+    pytest.importorskip("hls4ml", reason="the FPGA target needs hls4ml's ap_types headers")
+    import models as example_models
+
+    _, _, _, bundle = built
+    proto = example_models.mlp()
+    inputs = example_models.sample_inputs(proto)
+    compiled = hetc.compile(proto, target="fpga,cpu")
+    artifact = compiled.save(tmp_path / "mlp_fpga")
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    out = tmp_path / "out.npz"
+    proc = _run_sh(bundle, isolated, artifact, "--inputs", tmp_path / "inputs.npz", "--outputs", out, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "fpga region fpga_region0: ran as c-simulation (emulated, not on the device)" in proc.stdout
+    with np.load(out) as got:
+        for name, want in compiled.run(inputs).items():
+            np.testing.assert_allclose(got[name], want, rtol=1e-6)

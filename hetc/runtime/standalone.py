@@ -329,6 +329,9 @@ def run(args: argparse.Namespace) -> int:
             raise RunError(f"{args.outputs}: cannot write outputs ({err.strerror or err})") from None
     for name, out in named.items():
         print(f"{name}: {out.dtype.name}{list(out.shape)}")
+    for o in manifest.get("offloads", []):  # regions an external target runs: say how they ran here
+        print(f"{o['target']} region {o['name']}: ran as {o['execution']}"
+              + (" (emulated, not on the device)" if o.get("emulated", True) else ""))
     timing = {"median_ms": statistics.median(times_ms), "min_ms": min(times_ms), "runs": len(times_ms),
               "warmup": args.warmup, "devices": [str(d) for d in part.devices], "times_ms": times_ms}
     if args.repeat:
