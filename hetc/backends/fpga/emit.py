@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from hetc.backends.fpga.fixed import quantize
-from hetc.backends.fpga.layers import FLOAT, OPS, Layer, NumType, Region, c_identifier
-from hetc.backends.fpga.toolchain import hls_include
-from hetc.errors import CompileError, InputError, UsageError
+from ...errors import CompileError, InputError, UsageError
+from .fixed import quantize
+from .layers import FLOAT, OPS, Layer, NumType, Region, c_identifier
+from .toolchain import hls_include
 
 # Names the generated code uses or includes (with the C library's global types and variables,
 # which a typedef or the top function must not redeclare); model names never become these.

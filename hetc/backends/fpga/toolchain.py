@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from hetc.errors import CompileError
+from ...errors import CompileError
 
 AP_TYPES_MISSING = "the FPGA target needs hls4ml's ap_types headers: pip install hls4ml==1.3.0"
 
