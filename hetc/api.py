@@ -113,6 +113,9 @@ def compile(
                              None if database is None else str(database), tuple(arch),
                              None if precision is None else str(precision),
                              None if calibration is None else str(calibration))
+    if (precision is not None or calibration is not None) and not any(t.backend.offload for t in targets):
+        raise UsageError("--precision and --calibration choose the number types of FPGA regions; "
+                         "add the fpga target (--target fpga,cpu)")
     host = _host_target(targets, placement is not None)
     with filtered_stderr():
         if host is None:

@@ -127,6 +127,7 @@ def test_types_from_a_json_file_reach_the_layers(examples, tmp_path):
     (["--target", "fpga,cpu", "--calibration", "{bad}", "--precision", "float"],
      "--calibration chooses fixed-point types"),
     (["--target", "fpga,cpu", "--calibration", "{bad}"], "no array for input"),
+    (["--target", "cpu", "--precision", "fixed"], "add the fpga target"),
 ])
 def test_bad_fpga_options_fail_in_one_line(examples, tmp_path, args, message):
     bad = tmp_path / "bad.npz"
