@@ -13,7 +13,7 @@ FPGA = register_target(Target(
     description="FPGA through HLS C++ (Vitis HLS projects; runs here as C-simulation; with --target fpga,cpu)",
     device_type="fpga",
     dtypes=frozenset({"float32"}),
-    backend=Backend(supports=patterns.supports, stages=lambda options: [], build=runtime.load,
-                    export=runtime.load, load=runtime.load, runner=runtime.runner,
+    backend=Backend(supports=patterns.supports, stages=lambda options: [], build=runtime.host_only,
+                    export=runtime.host_only, load=runtime.host_only, runner=runtime.host_only,
                     offload=pipeline.offload),
 ))

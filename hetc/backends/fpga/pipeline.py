@@ -81,11 +81,13 @@ class FpgaOffload:
     # -- stages ---------------------------------------------------------------------------------
 
     def _partition(self, mod: tvm.IRModule) -> tvm.IRModule:
-        before = _tags(mod["main"])
+        from .codegen import node_ids
+
+        before = node_ids(mod["main"])
         names = {n.id: n.name for n in self.graph.nodes}
         self.seen = {names[i] for i in before if i in names}
         mod = patterns.partition(mod, self.limits)
-        self.offloaded = before - _tags(mod["main"])  # node ids now inside some region
+        self.offloaded = before - node_ids(mod["main"])  # node ids now inside some region
         return mod
 
     def _name_regions(self, mod: tvm.IRModule) -> tvm.IRModule:
@@ -198,13 +200,6 @@ def _module_pass(name: str, fn):
         return fn(mod)
 
     return apply
-
-
-def _tags(func: relax.Function) -> set[int]:
-    """The op graph ids of ``main``'s bindings (``tag_nodes`` names them ``hetc_<id>_``)."""
-    from .codegen import node_ids
-
-    return node_ids(func)
 
 
 def _calls_to(func: relax.Function, names: set[str]) -> list[relax.Call]:

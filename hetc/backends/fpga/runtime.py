@@ -14,9 +14,8 @@ from ...errors import UsageError
 EXECUTION = "c-simulation"
 
 
-def _host_only(*_args, **_kwargs):
+def host_only(*_args, **_kwargs):
+    """The FPGA has no part of its own to build, export, load or run: its regions are in the
+    host's library (``Backend.offload``)."""
     raise UsageError("the fpga target runs regions of a model inside the host CPU's library; "
                      "compile with --target fpga,cpu")
-
-
-load = runner = _host_only

@@ -42,10 +42,58 @@ def normalized(func: tirx.PrimFunc) -> tuple[Schedule, list[SBlockInfo] | None]:
     return sch, normalize_prim_func(sch)
 
 
+def scheduled(func: tirx.PrimFunc, schedule: Callable[..., bool], lanes: int, variant: int) -> Schedule | None:
+    """A rule's ``apply``: ``schedule(sch, infos, lanes, variant)`` on a normalized copy of
+    ``func``; None when the function does not normalize or the rule declines."""
+    sch, infos = normalized(func)
+    if infos is None or not schedule(sch, infos, lanes, variant):
+        return None
+    return sch
+
+
 def func_layout_free(sch: Schedule) -> set[int]:
     """Parameter positions whose values are compile-time constants (AttachAttrLayoutFreeBuffers)."""
     attrs = sch.mod["main"].attrs
     return {int(i) for i in attrs["layout_free_buffers"]} if attrs and "layout_free_buffers" in attrs else set()
+
+
+def is_constant(sch: Schedule, buffer) -> bool:
+    """Whether ``buffer`` is a parameter holding a compile-time constant (packable)."""
+    layout_free = func_layout_free(sch)
+    return any(p.same_as(buffer) and pos in layout_free for pos, p in enumerate(sch.mod["main"].params))
+
+
+def plain_index(indices, var: tirx.Var) -> int | None:
+    """Position of ``var`` in ``indices`` if it appears exactly as one index, else None."""
+    for pos, idx in enumerate(indices):
+        if isinstance(idx, tirx.Var) and idx.same_as(var):
+            return pos
+    return None
+
+
+def uses(expr, var: tirx.Var) -> bool:
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
+
+
+def pack_panels(sch: Schedule, block, packs: list[tuple[int, int]], width: int) -> None:
+    """Re-lay out constant operands ``[.., j, ..] -> [j // width, .., j % width]`` (one contiguous
+    panel per tile column); ``packs`` holds (read index, position of j). The transform is a block
+    annotated ``PREPROC``, which ``split_weight_packing_pass`` and FoldConstant run at compile time."""
+    for idx, pos in packs:
+        preproc = sch.cache_read(block, idx, "global")
+        sch.annotate(preproc, PREPROC, True)
+        sch.transform_layout(block, ("read", idx), _panel_map(pos, width))
+
+
+def _panel_map(pos: int, width: int):
+    """``[.., j, ..] -> [j // width, .., j % width]`` with j at ``pos`` (transform_layout reads
+    the map's parameters as the buffer's axes, so ``pos`` is bound here, not as a default)."""
+
+    def index_map(*axes):
+        rest = [a for k, a in enumerate(axes) if k != pos]
+        return (axes[pos] // width, *rest, axes[pos] % width)
+
+    return index_map
 
 
 def inline_chain(sch: Schedule, acc, infos: list[SBlockInfo], main: SBlockInfo):

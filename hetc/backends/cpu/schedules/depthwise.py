@@ -30,8 +30,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.dlight.analysis import SBlockInfo
 from tvm.target import Target
 
-from .common import PREPROC, Rule, func_layout_free, inline_chain, normalized, vectorize_tail
-from .gemm import _panel_map, _plain_index, _uses
+from .common import Rule, inline_chain, is_constant, pack_panels, plain_index, scheduled, uses, vectorize_tail
 
 MAX_PIXELS = 8  # output pixels per tile (accumulator vectors: pixels x panel vectors)
 
@@ -61,10 +60,7 @@ def window_candidates(channels: int, width: int, height: int, lanes: int) -> lis
 
 
 def apply(func: tirx.PrimFunc, target: Target, lanes: int, variant: int = 0) -> Schedule | None:
-    sch, infos = normalized(func)
-    if infos is None or not _schedule(sch, infos, lanes, variant):
-        return None
-    return sch
+    return scheduled(func, _schedule, lanes, variant)
 
 
 def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) -> bool:
@@ -82,18 +78,16 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     # Every operand read under the window is indexed by the channel (depthwise, pooling): as
     # the innermost index, or anywhere in a constant (packed to [c_o, .., c_i] below); the
     # output is [.., y, x, c].
-    layout_free = func_layout_free(sch)
-    params = sch.mod["main"].params
     packs = []
     for idx, read in enumerate(block.reads):
         indices = [r.min for r in read.region]
-        if not any(_uses(e, ry.var) or _uses(e, rx.var) for e in indices):
+        if not any(uses(e, ry.var) or uses(e, rx.var) for e in indices):
             continue
-        pos = _plain_index(indices, c.var)
-        if pos is None or any(_uses(e, c.var) for k, e in enumerate(indices) if k != pos):
+        pos = plain_index(indices, c.var)
+        if pos is None or any(uses(e, c.var) for k, e in enumerate(indices) if k != pos):
             return False
         if pos != len(indices) - 1:
-            if not any(p.same_as(read.source) and k in layout_free for k, p in enumerate(params)):
+            if not is_constant(sch, read.source):
                 return False
             packs.append((idx, pos))
     (write,) = block.writes
@@ -107,10 +101,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     win = windows[variant]
     vj = win.vectors * lanes
 
-    for idx, pos in packs:  # weights: [.., c, ..] -> [c // vj, .., c % vj], at compile time
-        preproc = sch.cache_read(main.block_rv, idx, "global")
-        sch.annotate(preproc, PREPROC, True)
-        sch.transform_layout(main.block_rv, ("read", idx), _panel_map(pos, vj))
+    pack_panels(sch, main.block_rv, packs, vj)  # weights [.., c, ..] -> [c // vj, .., c % vj]
 
     producers = list(reversed(infos[:infos.index(main)]))
     loops = sch.get_loops(main.block_rv)[-len(main.iters):]

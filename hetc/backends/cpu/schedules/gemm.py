@@ -14,7 +14,7 @@ at compile time). The schedule is the classic register-blocked micro-kernel:
         epilogue (bias, residual, activation) on the tile, stored once
 
 Constant operands indexed by ``j`` are re-laid out to ``[j_o, ..., j_i]`` (a contiguous
-panel per task). The transform is a preprocessing block annotated
+panel per task: ``common.pack_panels``). The transform is a preprocessing block annotated
 ``meta_schedule.layout_rewrite_preproc``: ``SplitLayoutRewritePreproc`` moves it out of the
 kernel and ``FoldConstant`` runs it at compile time, the same mechanism MetaSchedule's tuned
 records use.
@@ -33,12 +33,14 @@ from tvm.s_tir.dlight.analysis import SBlockInfo
 from tvm.target import Target
 
 from .common import (
-    PREPROC,
     Rule,
-    func_layout_free,
     inline_chain,
-    normalized,
+    is_constant,
+    pack_panels,
+    plain_index,
     schedule_spatial,
+    scheduled,
+    uses,
     vector_dtypes,
     vectorize_tail,
 )
@@ -108,34 +110,9 @@ def choose_tile(m: int, n: int, lanes: int, registers: int, row_extents: Sequenc
     return tile_candidates(m, n, lanes, registers, row_extents)[0]
 
 
-def _plain_index(indices, var: tirx.Var) -> int | None:
-    """Position of ``var`` in ``indices`` if it appears exactly as one index, else None."""
-    for pos, idx in enumerate(indices):
-        if isinstance(idx, tirx.Var) and idx.same_as(var):
-            return pos
-    return None
-
-
-def _uses(expr, var: tirx.Var) -> bool:
-    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
-
-
-def _panel_map(pos: int, vj: int):
-    """Index map ``[.., j, ..] -> [j // vj, .., j % vj]`` (j at ``pos``)."""
-
-    def index_map(*axes):
-        rest = [a for k, a in enumerate(axes) if k != pos]
-        return (axes[pos] // vj, *rest, axes[pos] % vj)
-
-    return index_map
-
-
 def apply(func: tirx.PrimFunc, target: Target, lanes: int, variant: int = 0) -> Schedule | None:
     """Schedule with the ``variant``-th best register tile (None: not a contraction, or no such tile)."""
-    sch, infos = normalized(func)
-    if infos is None or not _schedule(sch, infos, lanes, variant):
-        return None
-    return sch
+    return scheduled(func, _schedule, lanes, variant)
 
 
 def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) -> bool:
@@ -158,29 +135,23 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
             isinstance(e, tirx.Var) and e.same_as(it.var) for e, it in zip(out_index, spatial)):
         return False
     j, jvar = spatial[-1], spatial[-1].var
-    layout_free = func_layout_free(sch)
-    params = sch.mod["main"].params  # in 0.27 a PrimFunc's params are its buffers
-
-    def packable(buffer) -> bool:
-        return any(p.same_as(buffer) and pos in layout_free for pos, p in enumerate(params))
-
     packs = []  # (read index, position of j in the operand)
     shared = []  # index lists of operands loaded once per tile column and reused by every row
     row_var = spatial[-2].var if len(spatial) > 1 else None
     for idx, read in enumerate(block.reads):
         indices = [r.min for r in read.region]
-        if not any(_uses(e, jvar) for e in indices):
+        if not any(uses(e, jvar) for e in indices):
             continue
-        if row_var is None or not any(_uses(e, row_var) for e in indices):
+        if row_var is None or not any(uses(e, row_var) for e in indices):
             shared.append(indices)
-        pos = _plain_index(indices, jvar)
-        if pos is not None and packable(read.source):
+        pos = plain_index(indices, jvar)
+        if pos is not None and is_constant(sch, read.source):
             packs.append((idx, pos))
         elif pos != len(indices) - 1:
             return False  # j is strided in a runtime operand: not this rule
     # Axes a shared operand depends on (batch of a batched matmul) stay outside the tile; the
     # others are fused into one row axis M (n*oh*ow of a conv), the register tile's rows.
-    batch = [it for it in spatial[:-1] if any(_uses(e, it.var) for ind in shared for e in ind)]
+    batch = [it for it in spatial[:-1] if any(uses(e, it.var) for ind in shared for e in ind)]
     rows_axes = [it for it in spatial[:-1] if it not in batch]
     m = math.prod(it.dom for it in rows_axes)
     tiles = tile_candidates(m, j.dom, lanes if vector_dtypes(block) else 0, TILE_REGISTERS if lanes >= 16 else 16,
@@ -189,19 +160,15 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
         return False
     tile = tiles[variant]
 
-    # Weights: [.., j, ..] -> [j // vj, .., j % vj], done once at compile time.
-    for idx, pos in packs:
-        preproc = sch.cache_read(main.block_rv, idx, "global")
-        sch.annotate(preproc, PREPROC, True)
-        sch.transform_layout(main.block_rv, ("read", idx), _panel_map(pos, tile.vj))
+    pack_panels(sch, main.block_rv, packs, tile.vj)  # weights, done once at compile time
 
     # Producers: plain copies/reshapes are inlined. Padding (a conditional) stays a separate
     # pass before a real contraction (its reduction loop must stay branch-free), but is inlined
     # into depthwise convs and pools, where every load is a vector along j anyway and a
     # separate pass would double the memory traffic, and where the padded tensor has fewer
     # channels than a vector (an RGB stem: the pass would run scalar; inlined, 1.35x faster).
-    per_channel = all(any(_uses(r.min, jvar) for r in read.region) for read in block.reads
-                      if any(_uses(r.min, it.var) for r in read.region for it in reduce))
+    per_channel = all(any(uses(r.min, jvar) for r in read.region) for read in block.reads
+                      if any(uses(r.min, it.var) for r in read.region for it in reduce))
     for producer in reversed(infos[:infos.index(main)]):
         pblock = sch.get(producer.block_rv)
         narrow = int(pblock.writes[0].source.shape[-1]) < max(lanes, 4)
