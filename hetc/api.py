@@ -146,8 +146,7 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
 
     start = time.perf_counter()
     mod, stage_reports = run_pipeline(
-        mod, tgt.backend.stages(options, [s for o in offloads for s in o.stages()]) if offloads
-        else tgt.backend.stages(options))
+        mod, tgt.backend.stages(options, offloads) if offloads else tgt.backend.stages(options))
     times["passes"] = time.perf_counter() - start
     kernels = _kernel_schedules(mod)
     start = time.perf_counter()

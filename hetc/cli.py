@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 import traceback
@@ -159,9 +160,9 @@ def _print_offloads(manifest) -> None:
     """One line per region an external target runs, saying how it runs here (never hidden)."""
     for o in manifest.offloads:
         how = {"c-simulation": "C-simulation (emulated: no FPGA here)",
-               "emulation": "emulation (no device here)"}.get(o.execution, o.execution)
+               "emulation": "emulation (onnxruntime on the CPU, not the device)"}.get(o.execution, o.execution)
         console.print(f"{o.target} region {o.name}: {len(o.nodes)} op(s) on {o.device}, runs as {how}"
-                      + (f"; HLS project in {o.project}/" if o.project else ""))
+                      + (f"; sources in {o.project}/" if o.project else ""))
 
 
 def _reference_outputs(model: Path, inputs: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
@@ -186,10 +187,16 @@ def _reference_outputs(model: Path, inputs: dict[str, np.ndarray], names: list[s
 @click.option("--reference", type=click.Path(path_type=Path), help="ONNX model to compare with (onnxruntime).")
 @click.option("--tolerance", type=float, default=1e-4, show_default=True,
               help="Allowed max abs error, relative to max |reference|.")
+@click.option("--ascend-mode", type=click.Choice(["auto", "device", "emulation"]), default=None,
+              help="How Ascend regions run: on the NPU through their host library (device), with "
+                   "onnxruntime on the CPU (emulation), or device when possible (auto, the default).")
 def run_cmd(artifact: Path, inputs_path: Path, outputs_path: Path | None, reference: Path | None,
-            tolerance: float) -> None:
+            tolerance: float, ascend_mode: str | None) -> None:
     """Run a compiled ARTIFACT on inputs from an .npz file."""
     from . import api
+
+    if ascend_mode is not None:
+        os.environ["HETC_ASCEND_MODE"] = ascend_mode
 
     inputs = _load_npz(inputs_path)
     model = api.load(artifact)

@@ -53,6 +53,10 @@ class Backend:
     # ``stages()`` partition the module and generate the regions' code inside the host's
     # pipeline (after the layout passes, before legalization); see hetc/backends/fpga/pipeline.py
     offload: Callable[..., Any] | None = None
+    # runtime.py, for external targets whose regions are not linked into the host's library:
+    # (artifact root, manifest Offload record) -> how the region will run ("device", "emulation");
+    # registers the region's symbol in this process before the host's VM starts
+    serve: Callable[..., str] | None = None
 
 
 @dataclass(frozen=True)

@@ -3,4 +3,4 @@
 Add a backend by importing its package here (see ``hetc.targets`` for what it must provide).
 """
 
-from . import cpu, cuda, fpga  # noqa: F401
+from . import ascend, cpu, cuda, fpga  # noqa: F401

@@ -51,7 +51,8 @@ class Offload:
     """A region of a part that an external (BYOC) target runs: its code is linked into the
     part's library, so the part's runner runs it. ``execution`` says how it runs here:
     "c-simulation" (FPGA, g++-compiled HLS C++), "emulation" (onnxruntime standing in for the
-    device) or "device"; ``emulated`` is True unless it is "device"."""
+    device) or "device"; ``emulated`` is True unless it is "device". A loaded artifact's records
+    say how the regions run in this process (``Backend.serve``)."""
 
     name: str  # the region's symbol in the library
     target: str
@@ -61,6 +62,9 @@ class Offload:
     emulated: bool
     project: str = ""  # the region's generated sources, relative to the artifact root
     nodes: list[str] = field(default_factory=list)  # the model's ops it runs
+    # True: the region's code is in the part's library. False: the runtime provides its symbol
+    # before the VM starts (the target's ``Backend.serve``: Ascend's emulation or host library).
+    linked: bool = True
 
 
 @dataclass

@@ -80,6 +80,11 @@ def load(directory: str | Path) -> CompiledModel:
     """Load an artifact directory written by ``CompiledModel.save`` (validates it first)."""
     root = Path(directory).absolute()
     manifest = read_manifest(root)
+    for record in manifest.offloads:  # regions the runtime provides: register them, say how they run
+        serve = get_target(record.target).backend.serve
+        if not record.linked and serve is not None:
+            record.execution = serve(root, record)
+            record.emulated = record.execution != "device"
     runners = []
     for part in manifest.parts:
         target = get_target(part.target)

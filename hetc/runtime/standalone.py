@@ -305,6 +305,10 @@ def run(args: argparse.Namespace) -> int:
     if built != (tvm.__version__, tvm_ffi.__version__):
         raise RunError(f"{root}: built with TVM {built[0]} / tvm-ffi {built[1]}, this runtime is TVM "
                        f"{tvm.__version__} / tvm-ffi {tvm_ffi.__version__}; use a matching runtime")
+    served = [o for o in manifest.get("offloads", []) if not o.get("linked", True)]
+    if served:  # e.g. Ascend regions: onnxruntime emulation or a CANN host library, both hetc's runtime
+        raise RunError(f"{root}: {len(served)} {served[0]['target']} region(s) run through hetc's runtime "
+                       f"({served[0]['name']}, ...); run this artifact with `hetc run`")
     part = Part(root, manifest["parts"][0], tvm, vm_class)
 
     times_ms = []

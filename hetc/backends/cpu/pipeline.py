@@ -56,17 +56,21 @@ def schedule_passes(options: CompileOptions) -> list[Stage]:
     ]
 
 
-def pre_schedule_stages(options: CompileOptions, offload: Sequence[Stage] = ()) -> list[Stage]:
+def pre_schedule_stages(options: CompileOptions, offloads: Sequence = ()) -> list[Stage]:
     """Everything before scheduling: the module the tuner extracts its tasks from.
 
-    ``offload``: the stages of external targets (BYOC) that cut their regions out of the
-    module; they see the graph after the layout passes (NHWC convs) and before legalization.
+    ``offloads``: external targets' ``Offload`` builds (BYOC), whose stages cut their regions
+    out of the module. Those with ``layout = "model"`` (Ascend: ONNX's NCHW) run before the
+    layout passes, the others (FPGA) after them (NHWC convs); all before legalization.
     """
+    model_layout = [s for o in offloads if getattr(o, "layout", None) == "model" for s in o.stages()]
+    host_layout = [s for o in offloads if getattr(o, "layout", None) != "model" for s in o.stages()]
     return (
         inference_passes()
         + simplify_passes()
+        + model_layout
         + layout_passes(options.layout or "NHWC")
-        + list(offload)
+        + host_layout
         + legalize_passes(FAST_MATH)
         + fusion_passes()
         + [Stage("mark_constant_params", "tell each kernel which of its inputs are constants (packable)",
@@ -74,6 +78,6 @@ def pre_schedule_stages(options: CompileOptions, offload: Sequence[Stage] = ()) 
     )
 
 
-def stages(options: CompileOptions, offload: Sequence[Stage] = ()) -> list[Stage]:
-    """The CPU pipeline, in order (``offload``: see ``pre_schedule_stages``)."""
-    return pre_schedule_stages(options, offload) + tuning_database_passes(options) + schedule_passes(options)
+def stages(options: CompileOptions, offloads: Sequence = ()) -> list[Stage]:
+    """The CPU pipeline, in order (``offloads``: see ``pre_schedule_stages``)."""
+    return pre_schedule_stages(options, offloads) + tuning_database_passes(options) + schedule_passes(options)

@@ -28,7 +28,8 @@ def cuda_archs(options: CompileOptions) -> list[str]:
     spec's name stands for its ``arch``), or sm_90."""
     from ...devices import get_spec
 
-    names = [a if ARCH_PATTERN.fullmatch(a) else get_spec(a).arch for a in options.arch] or [DEFAULT_ARCH]
+    names = [a if ARCH_PATTERN.fullmatch(a) else get_spec(a).arch for a in options.arch
+             if ARCH_PATTERN.fullmatch(a) or get_spec(a).target == "cuda"] or [DEFAULT_ARCH]
     return sorted(set(names), key=_arch_key)
 
 

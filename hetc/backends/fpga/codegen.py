@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +28,12 @@ import tvm
 import tvm_ffi
 
 from ...errors import CompileError, UsageError
+from ..byoc import node_ids
 from . import emit, estimates, precision, toolchain
 from .layers import NumType, Region
 from .region import region_from_function
 
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("hetc_fpga_offload")
-_TAG = re.compile(r"hetc_(\d+)_")
 
 
 @contextlib.contextmanager
@@ -56,7 +55,7 @@ def _codegen(functions, _options, _constant_names):
 
 def generate(func, offload):
     """The static library (C-simulation object) of one region; records it on ``offload``."""
-    from .pipeline import BuiltRegion
+    from .pipeline import FpgaRegion
 
     symbol = str(func.attrs["global_symbol"])
     region = region_from_function(func, symbol, offload.limits)
@@ -74,7 +73,8 @@ def generate(func, offload):
     source.write_text(emit.csim_source(typed, options))
     toolchain.compile_cpp([source], obj, ["-std=c++17", "-fPIC", "-c", "-I", tvm_ffi.libinfo.find_include_path(),
                                           "-I", tvm_ffi.libinfo.find_dlpack_include_path()])
-    offload.regions.append(BuiltRegion(symbol, typed, files, estimate, errors, how, node_ids(func)))
+    offload.regions.append(FpgaRegion(symbol, node_ids(func), region=typed, files=files, estimate=estimate,
+                                      errors=errors, precision=how))
     return tvm.runtime.load_static_library(str(obj), [emit.top_name(typed)])
 
 
@@ -123,23 +123,3 @@ def _testbench(region: Region, samples) -> dict[str, str]:
     values = emulate.run(region, samples, fixed=fixed)
     expected = [values[name].astype(np.float32) for name in region.outputs]
     return emit.testbench_data(region, samples, expected, atol=0.0, rtol=0.0 if fixed else 1e-4)
-
-
-def node_ids(func) -> set[int]:
-    """The op graph ids named in a function and the functions bound inside it (op bindings
-    carry ``hetc_<node id>_`` tags)."""
-    from tvm import relax
-
-    ids: set[int] = set()
-
-    def visit(expr) -> None:
-        if isinstance(expr, relax.Function):
-            for block in expr.body.blocks:
-                for binding in block.bindings:
-                    match = _TAG.fullmatch(binding.var.name)
-                    if match:
-                        ids.add(int(match.group(1)))
-                    visit(binding.value)
-
-    visit(func)
-    return ids

@@ -435,37 +435,11 @@ MOVEMENT = frozenset({"relax.permute_dims", "relax.reshape"})  # data movement, 
 
 
 def isolated_movement(func, limits: Limits | None = None) -> set:
-    """The data-movement calls of ``func`` (transposes, reshapes) not connected, through other
-    such calls, to an op the FPGA computes: alone they would make a region that only moves data
-    to the FPGA and back."""
-    from tvm import relax
+    """The transposes and reshapes of ``func`` the FPGA could run but that touch no FPGA
+    computation: alone they would make a region that only moves data to the FPGA and back."""
+    from ..byoc import isolated_movement as isolated
 
-    producer, users = {}, {}
-    calls = []
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            value = binding.value
-            if isinstance(value, relax.Call) and hasattr(value.op, "name"):
-                calls.append(value)
-                producer[binding.var] = value
-                for arg in value.args:
-                    users.setdefault(arg, []).append(value)
-    bound = {id(c): v for v, c in producer.items()}
-    ok = {id(c) for c in calls if check_reason(c, limits) is None}
-    movement = {id(c) for c in calls if str(c.op.name) in MOVEMENT and id(c) in ok}
-
-    def neighbours(call):
-        near = [producer[a] for a in call.args if a in producer]
-        return near + users.get(bound[id(call)], [])
-
-    anchored: set[int] = set()
-    todo = [c for c in calls if id(c) in ok and id(c) not in movement]
-    while todo:
-        for near in neighbours(todo.pop()):
-            if id(near) in movement and id(near) not in anchored:
-                anchored.add(id(near))
-                todo.append(near)
-    return {c for c in calls if id(c) in movement and id(c) not in anchored}
+    return isolated(func, lambda call: check_reason(call, limits) is None, MOVEMENT)
 
 
 def pattern_table(limits: Limits | None = None, exclude: set | frozenset = frozenset()) -> list:

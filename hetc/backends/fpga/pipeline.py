@@ -30,25 +30,23 @@ from ...errors import CompileError
 from ...graph import OpGraph
 from ...options import CompileOptions
 from ...passes.pipeline import Stage
+from ..byoc import BuiltRegion, RegionOffload, calls_to, codegen_functions, module_pass, name_regions
 from . import patterns
 from .runtime import EXECUTION
 
 
 @dataclass
-class BuiltRegion:
+class FpgaRegion(BuiltRegion):
     """One region after codegen (``codegen.generate`` fills it)."""
 
-    name: str
-    region: object  # layers.Region with its types
-    files: dict[str, str]  # the HLS project, relative path -> text
-    estimate: dict
-    errors: dict  # layer -> measured error against float (fixed point with calibration data)
-    precision: str  # how the types were chosen
-    node_ids: set[int] = field(default_factory=set)  # op graph ids of the model's ops named inside
-    nodes: list[str] = field(default_factory=list)  # all the model's ops inside (``_assign_nodes``)
+    region: object = None  # layers.Region with its types
+    files: dict[str, str] = field(default_factory=dict)  # the HLS project, relative path -> text
+    estimate: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)  # layer -> measured error against float (fixed point, calibrated)
+    precision: str = "float"  # how the types were chosen
 
 
-class FpgaOffload:
+class FpgaOffload(RegionOffload):
     """The FPGA part of one compile (see the module doc)."""
 
     target = "fpga"
@@ -56,54 +54,33 @@ class FpgaOffload:
     def __init__(self, options: CompileOptions, graph: OpGraph, inputs: Sequence) -> None:
         from .precision import load_calibration
 
+        super().__init__(graph)
         self.options = options
-        self.graph = graph
         self.limits = patterns.Limits()
         self.calibration = (load_calibration(options.calibration, inputs)
                             if options.calibration is not None else None)
         self.input_names = [spec.name for spec in inputs]
         self.sources: dict[str, list] = {}  # region -> per input: (model input index, ops) | None
-        self.regions: list[BuiltRegion] = []
-        self.offloaded: set[int] = set()
-        self.seen: set[str] = set()  # ops still in the graph when it is partitioned (not folded away)
         self.workdir = tempfile.TemporaryDirectory(prefix="hetc-fpga-")  # the objects, until export
 
     def stages(self) -> list[Stage]:
         return [
             Stage("fpga_partition", "cut the ops the FPGA kernels support into regions (BYOC)",
-                  lambda: _module_pass("HetcFpgaPartition", self._partition)),
+                  lambda: module_pass("HetcFpgaPartition",
+                                      lambda m: self.partition_with(m, lambda m: patterns.partition(m, self.limits)))),
             Stage("fpga_regions", "name the regions and trace their inputs to the model inputs",
-                  lambda: _module_pass("HetcFpgaRegions", self._name_regions)),
+                  lambda: module_pass("HetcFpgaRegions", self._name_regions)),
             Stage("fpga_codegen", "HLS projects and C-simulation objects for the regions",
-                  lambda: _module_pass("HetcFpgaCodegen", self._codegen)),
+                  lambda: module_pass("HetcFpgaCodegen", self._codegen)),
         ]
 
     # -- stages ---------------------------------------------------------------------------------
 
-    def _partition(self, mod: tvm.IRModule) -> tvm.IRModule:
-        from .codegen import node_ids
-
-        before = node_ids(mod["main"])
-        names = {n.id: n.name for n in self.graph.nodes}
-        self.seen = {names[i] for i in before if i in names}
-        mod = patterns.partition(mod, self.limits)
-        self.offloaded = before - node_ids(mod["main"])  # node ids now inside some region
-        return mod
-
     def _name_regions(self, mod: tvm.IRModule) -> tvm.IRModule:
-        from .region import fpga_functions
-
-        found = fpga_functions(mod)
-        order = {gv.name_hint: k for k, gv in enumerate(_called_in_order(mod["main"], found))}
-        updates = {}
-        for gv, func in mod.functions.items():
-            if gv.name_hint in found:
-                updates[gv] = func.with_attr("global_symbol", f"fpga_region{order.get(gv.name_hint, len(order))}")
-        for gv, func in updates.items():
-            mod[gv] = func
+        mod = name_regions(mod, patterns.CODEGEN, "fpga_region")
         bindings = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
         params = list(mod["main"].params)
-        for call in _calls_to(mod["main"], set(found)):
+        for call in calls_to(mod["main"], set(codegen_functions(mod, patterns.CODEGEN))):
             symbol = str(mod[call.op].attrs["global_symbol"])
             self.sources[symbol] = [_trace(arg, bindings, params) for arg in call.args]
         return mod
@@ -137,35 +114,10 @@ class FpgaOffload:
 
     # -- after the pipeline ---------------------------------------------------------------------
 
-    def _assign_nodes(self) -> None:
-        """Each offloaded node's region. A region's function names most of its ops, but a
-        composite's last op is renamed by the partitioner: such a node joins the region of a
-        neighbour in the op graph (the rest of its composite)."""
-        where = {i: r for r in self.regions for i in r.node_ids}
-        links = {n.id: set(n.preds) for n in self.graph.nodes}
-        for n in self.graph.nodes:
-            for p in n.preds:
-                links.setdefault(p, set()).add(n.id)
-        todo = [i for i in sorted(self.offloaded) if i not in where]
-        while todo:
-            left = [i for i in todo if not any(j in where for j in links.get(i, ()))]
-            for i in todo:
-                if i not in left:
-                    where[i] = next(where[j] for j in sorted(links.get(i, ())) if j in where)
-            if len(left) == len(todo):
-                for i in left:  # no placed neighbour at all: only possible with one region
-                    if self.regions:
-                        where[i] = self.regions[0]
-                break
-            todo = left
-        names = {n.id: n.name for n in self.graph.nodes}
-        for r in self.regions:
-            r.nodes = [names[i] for i in sorted(where) if where[i] is r and i in names]
-
     def records(self, part: str):
         from ...runtime.artifact import Offload
 
-        self._assign_nodes()
+        self.assign_nodes()
         return [Offload(r.name, self.target, "fpga:0", part, EXECUTION, emulated=True, project=f"fpga/{r.name}",
                         nodes=r.nodes) for r in self.regions]
 
@@ -192,29 +144,6 @@ class FpgaOffload:
 
 def offload(options: CompileOptions, graph: OpGraph, inputs: Sequence) -> FpgaOffload:
     return FpgaOffload(options, graph, inputs)
-
-
-def _module_pass(name: str, fn):
-    @tvm.transform.module_pass(opt_level=0, name=name)
-    def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return fn(mod)
-
-    return apply
-
-
-def _calls_to(func: relax.Function, names: set[str]) -> list[relax.Call]:
-    return [b.value for block in func.body.blocks for b in block.bindings
-            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.GlobalVar)
-            and b.value.op.name_hint in names]
-
-
-def _called_in_order(func: relax.Function, found: dict) -> list:
-    seen, order = set(), []
-    for call in _calls_to(func, set(found)):
-        if call.op.name_hint not in seen:
-            seen.add(call.op.name_hint)
-            order.append(call.op)
-    return order
 
 
 def _trace(expr, bindings: dict, params: list) -> tuple[int, list] | None:

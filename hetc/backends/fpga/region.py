@@ -260,12 +260,10 @@ def region_from_function(func, name: str, limits: Limits | None = None) -> Regio
 
 def fpga_functions(mod) -> dict[str, object]:
     """The module's functions made for the FPGA (``"Codegen": "hetc_fpga"``), by name."""
-    from tvm import relax
-
+    from ..byoc import codegen_functions
     from .patterns import CODEGEN
 
-    return {gv.name_hint: f for gv, f in mod.functions.items()
-            if isinstance(f, relax.Function) and str(_func_attr(f, "Codegen") or "") == CODEGEN}
+    return codegen_functions(mod, CODEGEN)
 
 
 def unsupported_reasons(mod, limits: Limits | None = None) -> dict[str, str]:
