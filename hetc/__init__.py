@@ -4,12 +4,12 @@ __version__ = "0.1.0"
 
 from .errors import HetcError
 
-__all__ = ["CompiledModel", "HetcError", "__version__", "compile", "load", "tune"]
+__all__ = ["CompiledModel", "HetcError", "__version__", "compile", "load", "plan", "tune"]
 
 
 def __getattr__(name: str):
     # The API imports TVM (slow); load it on first use so `hetc --version` stays fast.
-    if name in {"compile", "load", "CompiledModel"}:
+    if name in {"compile", "load", "plan", "CompiledModel"}:
         from . import api
 
         return getattr(api, name)

@@ -32,25 +32,6 @@ from .targets import Target, TargetKind, get_target, parse_targets
 __all__ = ["CompiledModel", "Inspection", "compile", "inspect_model", "load"]
 
 
-def _host_target(targets: list[Target], split: bool) -> Target | None:
-    """The TVM-native target that runs the model around external (BYOC) targets' regions, or
-    None when the model is split over several TVM-native devices (a placement)."""
-    native = [t for t in targets if t.kind is TargetKind.TVM_NATIVE]
-    external = [t.name for t in targets if t.kind is TargetKind.EXTERNAL]
-    if external and (split or len(native) > 1):
-        raise UsageError(f"target(s) {', '.join(external)} with a placement over several devices come with "
-                         f"the placement solver; use --target {','.join(external)},cpu")
-    if split or len(native) > 1:
-        return None
-    if not native:
-        raise UsageError(f"target(s) {', '.join(external)} run regions of the model that the host calls; "
-                         f"add the host: --target {','.join(external)},cpu")
-    if external and native[0].name != "cpu":
-        raise UsageError(f"target(s) {', '.join(external)} are driven by the host CPU; use "
-                         f"--target {','.join(external)},cpu")
-    return native[0]
-
-
 def _check_supported(graph: OpGraph, target: Target) -> None:
     rejected = [n for n in graph.nodes if not n.supported_by.get(target.name, False)]
     if rejected:
@@ -91,6 +72,9 @@ def compile(
     placement: Mapping[str, str] | str | os.PathLike | None = None,
     precision: str | os.PathLike | None = None,
     calibration: str | os.PathLike | None = None,
+    pins: Mapping[str, str] | None = None,
+    devices: Mapping[str, str] | None = None,
+    objective: str = "latency",
 ) -> CompiledModel:
     """Compile an ONNX model (path or ``ModelProto``) for ``target``.
 
@@ -101,13 +85,17 @@ def compile(
     default schedules for the tasks it has records for. ``arch`` lists the GPU architectures
     to build binaries for (``"sm_90"``, or a device name from ``hetc/devices``; default sm_90).
     ``placement`` splits the model over devices: ``{node name: "cpu:0" | "cpu:1" | "cuda:0" ...}``
-    or a plan.json path (docs/placement.md); with several targets and no placement, every op the
-    first accelerator supports goes to it and the rest to cpu:0. ``precision`` and
+    or a plan.json path (docs/placement.md); with several targets and no placement, the placement
+    solver chooses one by cost (``hetc.placement.plan``): ``pins`` ({node name: device}) fix
+    nodes, ``devices`` ({target: device spec name}) choose the specs costs come from, and
+    ``objective`` is "latency" or "throughput". ``precision`` and
     ``calibration`` choose the FPGA's number types (docs/fpga.md): "float" (default), "fixed"
     (ranges from the ``calibration`` .npz of model inputs), a type like "ap_fixed<16,6>", or a
     JSON file of per-layer types.
     """
     targets = parse_targets(target)
+    if any(t.kind is TargetKind.EXTERNAL for t in targets) and not any(t.name == "cpu" for t in targets):
+        targets = [*targets, get_target("cpu")]  # external devices' regions are called by the host CPU
     options = CompileOptions(tuple(t.name for t in targets),
                              {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout, num_threads,
                              None if database is None else str(database), tuple(arch),
@@ -116,11 +104,14 @@ def compile(
     if (precision is not None or calibration is not None) and not any(t.backend.offload for t in targets):
         raise UsageError("--precision and --calibration choose the number types of FPGA regions; "
                          "add the fpga target (--target fpga,cpu)")
-    host = _host_target(targets, placement is not None)
+    solving = placement is None or placement == "auto"
+    if (pins or devices) and (len(targets) == 1 or not solving):
+        raise UsageError("--pin and --device steer the placement solver: use them with several targets "
+                         "and no --placement")
     with filtered_stderr():
-        if host is None:
-            return _compile_split(model, targets, options, placement, base_dir, constant_inputs)
-        return _compile(model, host, targets, options, base_dir, constant_inputs)
+        if len(targets) == 1 and placement is None:
+            return _compile(model, targets[0], targets, options, base_dir, constant_inputs)
+        return _compile_multi(model, targets, options, placement, base_dir, constant_inputs, pins, devices, objective)
 
 
 def _import(model: ModelSource, targets: list[Target], options: CompileOptions,
@@ -133,12 +124,86 @@ def _import(model: ModelSource, targets: list[Target], options: CompileOptions,
     return loaded, mod, build_opgraph(mod, targets), times
 
 
+def _compile_multi(model: ModelSource, targets: list[Target], options: CompileOptions, placement,
+                   base_dir: str | os.PathLike | None, constant_inputs, pins, devices, objective: str) -> CompiledModel:
+    """Several devices. The assignment of ops to devices comes from the placement solver
+    (``placement`` None or "auto"), from "accelerator-first" (every op the first accelerator in
+    ``targets`` supports goes to it), or from the user (a {node: device} mapping or plan.json).
+    Ops on external devices become their BYOC regions (called from cpu:0); the TVM-native
+    devices get the rest, as a split module when there are several."""
+    from .placement import default_assignment, read_placement
+
+    imported = _import(model, targets, options, base_dir, constant_inputs)
+    loaded, _, graph, times = imported
+    external = {t.name for t in targets if t.kind is TargetKind.EXTERNAL}
+    planned = None
+    if placement is None or placement == "auto":
+        from .placement.plan import make_plan
+
+        start = time.perf_counter()
+        planned = make_plan(graph, targets, Path(loaded.name).name, specs=devices, pins=pins, objective=objective)
+        times["placement"] = time.perf_counter() - start
+        assignment, solver = planned.assignment, planned.result.solver
+    elif placement == "accelerator-first":
+        assignment, solver = default_assignment(graph, targets), "accelerator-first"
+    else:
+        assignment = dict(placement) if isinstance(placement, Mapping) else read_placement(placement)
+        solver = "given"
+    # each external target: the op graph ids it was given
+    allowed = {name: {n.id for n in graph.nodes if assignment.get(n.name, "").partition(":")[0] == name}
+               for name in external}
+    native = {node: "cpu:0" if device.partition(":")[0] in external else device
+              for node, device in assignment.items()}
+    on = set(native.values())
+    if solver != "given" and len(on) == 1 and (on == {"cpu:0"} or not any(allowed.values())):
+        # one TVM-native device runs the rest (the host, when there are regions): no split
+        compiled = _compile(model, get_target(on.pop().partition(":")[0]), targets, options, base_dir,
+                            constant_inputs, imported=imported, allowed=allowed, solver=solver)
+    else:
+        compiled = _compile_split(model, targets, options, native, base_dir, constant_inputs, imported=imported,
+                                  allowed=allowed, solver=solver)
+    if planned is not None:
+        prediction = planned.to_json()
+        compiled.plan["prediction"] = {k: v for k, v in prediction.items() if k not in ("nodes", "edges")}
+        compiled.report["placement_plan"] = prediction
+    return compiled
+
+
+def _start_offloads(options: CompileOptions, graph: OpGraph, loaded, targets: list[Target], allowed) -> list:
+    """The ``Offload`` builds of the external targets that were given ops (``allowed``: target ->
+    op graph ids), each limited to those."""
+    offloads = []
+    for t in targets:
+        if t.kind is TargetKind.EXTERNAL:
+            offload = t.backend.offload(options, graph, loaded.inputs)  # checks the target's options
+            offload.allowed = (allowed or {}).get(t.name)
+            if offload.allowed:
+                offloads.append(offload)
+    return offloads
+
+
+def _finish_offloads(offloads: list, manifest: Manifest, report: dict, plan: dict) -> None:
+    """The regions in the report, and in plan.json the device of every op a region runs;
+    "placed": false marks ops folded into others before partitioning."""
+    if not offloads:
+        return
+    for o in offloads:
+        report.setdefault("offload", {})[o.target] = o.report()
+    device = {name: r.device for r in manifest.offloads for name in r.nodes}
+    seen = set().union(*(o.seen for o in offloads))
+    for node in plan["nodes"]:
+        node["device"] = device.get(node["name"], node["device"])
+        node["placed"] = node.get("placed", True) and node["name"] in seen
+
+
 def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: CompileOptions,
-             base_dir: str | os.PathLike | None, constant_inputs) -> CompiledModel:
-    loaded, mod, graph, times = _import(model, targets, options, base_dir, constant_inputs)
-    _check_supported(graph, tgt)
+             base_dir: str | os.PathLike | None, constant_inputs, imported=None, allowed=None,
+             solver: str | None = None) -> CompiledModel:
+    loaded, mod, graph, times = imported or _import(model, targets, options, base_dir, constant_inputs)
+    if solver is None:
+        _check_supported(graph, tgt)
     # External targets cut their regions out inside the host's pipeline (Backend.offload).
-    offloads = [t.backend.offload(options, graph, loaded.inputs) for t in targets if t.kind is TargetKind.EXTERNAL]
+    offloads = _start_offloads(options, graph, loaded, targets, allowed)
     if offloads:
         from .placement.apply import tag_nodes
 
@@ -163,15 +228,10 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
         offloads=[record for o in offloads for record in o.records("main")],
     )
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
-    device = {name: record.device for record in manifest.offloads for name in record.nodes}
-    for o in offloads:
-        report.setdefault("offload", {})[o.target] = o.report()
-    # with offloads, "placed": false marks ops folded into others before partitioning
-    seen = set().union(*(o.seen for o in offloads)) if offloads else None
-    plan = {"solver": "single-target" if not offloads else "offload-supported",
+    plan = {"solver": solver or ("single-target" if not offloads else "offload-supported"),
             "parts": {"main": tgt.name},
-            "nodes": [{"name": n.name, "op": n.op, "device": device.get(n.name, f"{tgt.device_type}:0"),
-                       **({"placed": n.name in seen} if seen is not None else {})} for n in graph.nodes]}
+            "nodes": [{"name": n.name, "op": n.op, "device": f"{tgt.device_type}:0"} for n in graph.nodes]}
+    _finish_offloads(offloads, manifest, report, plan)
 
     def write_parts(tmp: Path) -> None:
         (tmp / tgt.name).mkdir()
@@ -196,16 +256,20 @@ def _report(manifest: Manifest, loaded, options: CompileOptions, constant_inputs
 
 
 def _compile_split(model: ModelSource, targets: list[Target], options: CompileOptions, placement,
-                   base_dir: str | os.PathLike | None, constant_inputs) -> CompiledModel:
-    """One VM executable over several devices (``hetc.placement``); the host CPU's runtime drives it."""
+                   base_dir: str | os.PathLike | None, constant_inputs, imported=None, allowed=None,
+                   solver: str | None = None) -> CompiledModel:
+    """One VM executable over several devices (``hetc.placement``); the host CPU's runtime drives
+    it and calls the external targets' regions (on cpu:0)."""
     from . import placement as pl
 
-    loaded, mod, graph, times = _import(model, targets, options, base_dir, constant_inputs)
-    placed = pl.resolve_placement(placement, graph, targets, pl.constant_bytes(mod))
+    loaded, mod, graph, times = imported or _import(model, targets, options, base_dir, constant_inputs)
+    native = [t for t in targets if t.kind is TargetKind.TVM_NATIVE]
+    placed = pl.resolve_placement(placement, graph, native, pl.constant_bytes(mod))
+    offloads = _start_offloads(options, graph, loaded, targets, allowed)
     mod, names = pl.tag_nodes(mod, graph)
 
     start = time.perf_counter()
-    mod, stage_reports = run_pipeline(mod, pl.split_stages(placed, names, targets, options))
+    mod, stage_reports = run_pipeline(mod, pl.split_stages(placed, names, native, options, offloads))
     times["passes"] = time.perf_counter() - start
     kernels = _kernel_schedules(mod)
     moved, found = pl.transfers(mod, placed, names), pl.placed_nodes(mod)
@@ -221,22 +285,42 @@ def _compile_split(model: ModelSource, targets: list[Target], options: CompileOp
         parts=[Part("main", host.name, devices[0], emulated=False, library=library, threads=options.num_threads,
                     devices=devices)],
         tvm_version=tvm.__version__, tvm_ffi_version=tvm_ffi.__version__,
+        offloads=[record for o in offloads for record in o.records("main")],
     )
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
     report["placement"] = {"devices": list(placed.devices), "transfers": len(moved),
                            "transfer_bytes": sum(t["bytes"] for t in moved)}
-    plan = {"solver": "given" if placement is not None else "accelerator-first",
+    plan = {"solver": solver or ("given" if placement is not None else "accelerator-first"),
             "parts": {"main": ",".join(placed.devices)}, "devices": list(placed.devices),
             "nodes": [{"name": n.name, "op": n.op, "device": placed.assignment[n.name],
                        "placed": n.name in found} for n in graph.nodes],
             "transfers": moved}
+    _finish_offloads(offloads, manifest, report, plan)
 
     def write_parts(tmp: Path) -> None:
         (tmp / "split").mkdir()
         writer.backend.export(executable, tmp / library, options)
+        for o in offloads:
+            o.write(tmp)
 
     runner = host.backend.runner(executable, options.num_threads, devices)
     return CompiledModel(manifest, report, plan, [runner], write_parts)
+
+
+def plan(model: ModelSource, target: str | Sequence[str], input_shapes: Mapping[str, Sequence[int]] | None = None,
+         *, pins: Mapping[str, str] | None = None, devices: Mapping[str, str] | None = None,
+         objective: str = "latency", solver: str = "auto", time_limit: float = 10.0,
+         base_dir: str | os.PathLike | None = None, constant_inputs: Mapping[str, np.ndarray] | None = None):
+    """Place the model's ops on device 0 of each target by cost, without generating code
+    (``hetc plan``): a ``hetc.placement.plan.Plan``."""
+    from .placement.plan import make_plan
+
+    targets = parse_targets(target)
+    options = CompileOptions(tuple(t.name for t in targets), {k: tuple(v) for k, v in (input_shapes or {}).items()})
+    with filtered_stderr():
+        loaded, _, graph, _ = _import(model, targets, options, base_dir, constant_inputs)
+        return make_plan(graph, targets, Path(loaded.name).name, specs=devices, pins=pins, objective=objective,
+                         solver=solver, time_limit=time_limit)
 
 
 @dataclass

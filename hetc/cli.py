@@ -101,6 +101,29 @@ arch_option = click.option("--arch", default=None, metavar="SM[,SM...]|DEVICE",
                                 "(nvidia-a100; see `hetc list targets`); default sm_90.")
 
 
+POLICIES = ("auto", "accelerator-first")  # --placement values that name a policy, not a file
+
+
+def placement_options(fn):
+    """--pin, --device and --objective: what steers the placement solver."""
+    fn = click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency",
+                      show_default=True, help="Placement objective: one inference, or a stream of inputs.")(fn)
+    fn = click.option("--device", "device_specs", multiple=True, metavar="TARGET=SPEC",
+                      help="The device spec a target's costs come from (repeatable), e.g. cuda=nvidia-a100.")(fn)
+    return click.option("--pin", "pins", multiple=True, metavar="NODE=DEVICE",
+                        help="Keep a node on a device (repeatable), e.g. lv3=cpu:0 (names: plan.json).")(fn)
+
+
+def _pins(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for value in values:
+        node, sep, device = value.partition("=")
+        if not sep or not node or not device:
+            raise UsageError(f"invalid --pin {value!r}; expected NODE=DEVICE, e.g. lv3=cpu:0")
+        out[node] = device
+    return out
+
+
 @cli.command("compile")
 @click.argument("model", type=click.Path(path_type=Path))
 @target_option
@@ -114,21 +137,24 @@ arch_option = click.option("--arch", default=None, metavar="SM[,SM...]|DEVICE",
 @click.option("--db", "database", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Tuning database written by `hetc tune`: use its best schedules.")
 @arch_option
-@click.option("--placement", type=click.Path(path_type=Path), default=None, metavar="PLAN.json",
-              help="Run each op on the device a plan.json names (cpu:0, cpu:1, cuda:0, ...); "
-                   "see docs/placement.md.")
+@click.option("--placement", type=click.Path(path_type=Path), default=None, metavar="PLAN.json|auto|accelerator-first",
+              help="With several targets: auto (default) places ops by cost (the solver); accelerator-first "
+                   "gives every op the first accelerator supports to it; PLAN.json runs each op on the device "
+                   "it names (cpu:0, cpu:1, cuda:0, ascend:0, ...); see docs/placement.md.")
 @click.option("--precision", default=None, metavar="TYPE|fixed|float|FILE.json",
               help="FPGA number types: float (default), fixed (from --calibration), a type such as "
                    "ap_fixed<16,6>, or a JSON file of per-layer types (docs/fpga.md).")
 @click.option("--calibration", type=click.Path(path_type=Path), default=None, metavar="DATA.npz",
               help="Model inputs (samples along axis 0) whose value ranges choose the FPGA's fixed-point types.")
+@placement_options
 @click.option("-v", "--verbose", is_flag=True, help="Print the pass pipeline table.")
 def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_inputs, layout, threads: int,
                 database: Path | None, arch: str | None, placement: Path | None, precision: str | None,
-                calibration: Path | None, verbose: bool) -> None:
+                calibration: Path | None, pins, device_specs, objective: str, verbose: bool) -> None:
     """Compile MODEL (ONNX) into an artifact directory."""
     from . import api
     from .options import parse_arch
+    from .placement.cost import parse_device_specs
     from .runtime.artifact import check_output_path
 
     shapes = _shapes(input_shapes)
@@ -141,7 +167,9 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
     start = time.perf_counter()
     compiled = api.compile(model, target=target, input_shapes=shapes, layout=layout, num_threads=threads,
                            constant_inputs=constants, database=database, arch=parse_arch(arch),
-                           placement=placement, precision=precision, calibration=calibration)
+                           placement=str(placement) if str(placement) in POLICIES else placement,
+                           precision=precision, calibration=calibration, pins=_pins(pins),
+                           devices=parse_device_specs(device_specs), objective=objective)
     out = compiled.save(output)
     if verbose:
         console.print(_stage_table(compiled.report))
@@ -150,6 +178,11 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                   f"{graph['nodes']} ops, {graph['flops'] / 1e9:.3f} GFLOP, "
                   f"{time.perf_counter() - start:.1f} s -> {out}")
     _print_offloads(compiled.manifest)
+    if "prediction" in compiled.plan:
+        p = compiled.plan["prediction"]
+        per_device = ", ".join(f"{d['name']} {d['ops']} ops" for d in p["devices"])
+        console.print(f"placement by {p['solver']}{' (optimal)' if p['optimal'] else ''}: predicted "
+                      f"{p['objective']} {p['predicted_seconds'] * 1e3:.3f} ms ({per_device}); `hetc plan` shows it")
     if "placement" in compiled.report:
         placed = compiled.report["placement"]
         console.print(f"placed on {','.join(placed['devices'])}: {placed['transfers']} transfer(s), "
@@ -234,6 +267,50 @@ def run_cmd(artifact: Path, inputs_path: Path, outputs_path: Path | None, refere
     if failed:
         raise HetcError(f"output(s) {', '.join(failed)} differ from onnxruntime by more than "
                         f"{tolerance:g} x max |reference|")
+
+
+@cli.command("plan")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--target", "-t", required=True, help="Devices to place on, comma-separated: cpu,cuda,ascend,fpga.")
+@shape_option
+@placement_options
+@click.option("--solver", type=click.Choice(["auto", "milp", "chain-dp", "heuristic"]), default="auto",
+              show_default=True, help="auto: chain DP for chains, the MILP up to a few hundred ops, else the heuristic.")
+@click.option("--time-limit", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Seconds the MILP may search.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the plan as JSON (a valid --placement).")
+@click.option("--html", "html_path", type=click.Path(path_type=Path), help="Write an HTML page with the graph coloured by device.")
+@click.option("--svg", "svg_path", type=click.Path(path_type=Path), help="Write the graph coloured by device as SVG.")
+def plan_cmd(model: Path, target: str, input_shapes, pins, device_specs, objective: str, solver: str,
+             time_limit: float, output: Path | None, html_path: Path | None, svg_path: Path | None) -> None:
+    """Place MODEL's ops on the TARGET devices by cost and show the plan (no code generation)."""
+    from . import api
+    from .placement import view
+    from .placement.cost import parse_device_specs
+
+    planned = api.plan(model, target, input_shapes=_shapes(input_shapes), pins=_pins(pins),
+                       devices=parse_device_specs(device_specs), objective=objective, solver=solver,
+                       time_limit=time_limit)
+    data = planned.to_json()
+    table = Table(title=f"{data['model']}: {data['objective']} {data['predicted_seconds'] * 1e3:.3f} ms predicted "
+                        f"by {data['solver']} ({data['status']})", title_justify="left")
+    for col in ("device", "spec", "ops", "busy ms"):
+        table.add_column(col, justify="right" if col in ("ops", "busy ms") else "left")
+    for d in data["devices"]:
+        table.add_row(d["name"], d["spec"], str(d["ops"]), f"{d['busy_seconds'] * 1e3:.3f}")
+    crossing = [e for e in data["edges"] if e["seconds"] > 0]
+    table.add_row("transfers", "", str(len(crossing)), f"{data['transfer_seconds'] * 1e3:.3f}")
+    console.print(table)
+    console.print(f"{data['transfer_bytes']:,} bytes cross devices per run; times are cost-model "
+                  "predictions (roofline / backend estimates), not measurements")
+    for path, text in ((output, json.dumps(data, indent=2) + "\n"), (html_path, view.html(data) if html_path else ""),
+                       (svg_path, view.svg(data) if svg_path else "")):
+        if path is not None:
+            try:
+                path.write_text(text)
+            except OSError as err:
+                raise UsageError(f"{path}: cannot write ({err.strerror})") from None
+            console.print(f"wrote {path}")
 
 
 @cli.command("inspect")

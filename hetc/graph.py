@@ -42,6 +42,9 @@ class OpNode:
     preds: list[int]  # ids of the nodes producing this node's inputs
     flops: int
     supported_by: dict[str, bool] = field(default_factory=dict)
+    weight_bytes: int = 0  # of the constants it reads (resident on its device)
+    input_bytes: int = 0  # of the model inputs it reads
+    output_bytes: int = 0  # of its results that are model outputs
 
     @property
     def bytes_in(self) -> int:
@@ -160,6 +163,7 @@ def build_opgraph(mod, targets: Sequence = ()) -> OpGraph:
             return [p for f in arg.fields for p in preds_of(f)]
         return []
 
+    model_inputs = set(func.params)
     for block in func.body.blocks:
         for binding in block.bindings:
             value, var = binding.value, binding.var
@@ -176,10 +180,17 @@ def build_opgraph(mod, targets: Sequence = ()) -> OpGraph:
                 op = str(value.op.name)
                 node = OpNode(len(nodes), var.name, op, ins, outs,
                               sorted({p for a in args for p in preds_of(a)}),
-                              node_flops(op, ins, outs, value.attrs))
+                              node_flops(op, ins, outs, value.attrs),
+                              weight_bytes=sum(t.nbytes for a in args if isinstance(a, tvm.ir.GenericConst)
+                                               for t in _tensors(a.ty)),
+                              input_bytes=sum(t.nbytes for a in args if a in model_inputs for t in _tensors(a.ty)))
                 node.supported_by = {t.name: bool(t.backend.supports(node)) for t in targets}
                 nodes.append(node)
                 producers[var] = [node.id]
             else:  # tuples, tuple projections, aliases: pass producers through
                 producers[var] = preds_of(value.tuple_value if isinstance(value, relax.TupleGetItem) else value)
+    result = func.body.body
+    for field_ in (result.fields if isinstance(result, relax.Tuple) else [result]):
+        for i in preds_of(field_):
+            nodes[i].output_bytes += sum(t.nbytes for t in _tensors(field_.ty))
     return OpGraph(nodes, params, param_bytes)

@@ -57,6 +57,9 @@ class Backend:
     # (artifact root, manifest Offload record) -> how the region will run ("device", "emulation");
     # registers the region's symbol in this process before the host's VM starts
     serve: Callable[..., str] | None = None
+    # the backend's own time model for the placement cost model: (OpNode, DeviceSpec) -> seconds,
+    # or None to fall back to the roofline (hetc/placement/cost.py)
+    cost: Callable[..., float | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ def test_a_merge_that_would_create_a_cycle_is_split():
     mod = partition(_relax(model))
     assert _region_ops(mod) == [["relax.matmul"], ["relax.add"]]
     assert _host_ops(mod) == ["relax.cumsum"]
-    compiled = hetc.compile(model, "ascend,cpu")
+    compiled = hetc.compile(model, "ascend,cpu", placement="accelerator-first")
     x = {"x": _w(4, 8)}
     assert_close(compiled.run(x)["y"], ort_run(model, x)[0])
     assert len(compiled.manifest.offloads) == 2
@@ -142,7 +142,7 @@ def test_attribute_outside_the_table_stays_on_the_host():
     mod = partition(_relax(model))
     assert _region_ops(mod) == [["relax.nn.conv2d", "relax.nn.relu"]]
     assert _host_ops(mod) == ["relax.nn.max_pool2d"]
-    compiled = hetc.compile(model, "ascend,cpu")
+    compiled = hetc.compile(model, "ascend,cpu", placement="accelerator-first")
     (region,) = compiled.report["offload"]["ascend"]["regions"]
     assert any("dilations other than 1" in why for why in region["host_neighbours"].values()), region
     x = {"x": _w(1, 3, 12, 12)}
@@ -183,7 +183,7 @@ def test_region_subgraph_is_valid_onnx_with_every_writer_exercised(examples):
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
 def test_example_models_match_onnxruntime_in_emulation(examples, tmp_path, name):
     model, inputs = examples / f"{name}.onnx", dict(np.load(examples / f"{name}_inputs.npz"))
-    compiled = hetc.compile(model, "ascend,cpu")
+    compiled = hetc.compile(model, "ascend,cpu", placement="accelerator-first")
     for got, want in zip(compiled.run(inputs).values(), ort_run(model, inputs)):
         assert_close(got, want)
     out = compiled.save(tmp_path / "artifact")
@@ -202,7 +202,7 @@ def test_example_models_match_onnxruntime_in_emulation(examples, tmp_path, name)
 
 
 def test_report_gives_each_region_its_ops_shapes_and_bytes(examples):
-    compiled = hetc.compile(examples / "cnn.onnx", "ascend,cpu")
+    compiled = hetc.compile(examples / "cnn.onnx", "ascend,cpu", placement="accelerator-first")
     (region,) = compiled.report["offload"]["ascend"]["regions"]
     assert region["onnx_ops"]["Conv"] == 2 and region["inputs"][0]["shape"] == [2, 3, 32, 32]
     assert region["bytes_in"] == 2 * 3 * 32 * 32 * 4 and region["bytes_out"] == 2 * 10 * 4
@@ -218,7 +218,7 @@ def test_two_artifacts_in_one_process_keep_their_own_regions(tmp_path):
         return make(nodes, [tensor("x", [2, 3])], [tensor("y", [2, 3])], {"s": np.full(3, k, np.float32)})
 
     x = {"x": np.abs(_w(2, 3))}
-    first, second = hetc.compile(scaled(2.0), "ascend,cpu"), hetc.compile(scaled(5.0), "ascend,cpu")
+    first, second = hetc.compile(scaled(2.0), "ascend,cpu", placement="accelerator-first"), hetc.compile(scaled(5.0), "ascend,cpu", placement="accelerator-first")
     assert first.manifest.offloads[0].name != second.manifest.offloads[0].name
     np.testing.assert_allclose(first.run(x)["y"], 2 * x["x"], rtol=1e-6)
     np.testing.assert_allclose(second.run(x)["y"], 5 * x["x"], rtol=1e-6)
@@ -226,7 +226,7 @@ def test_two_artifacts_in_one_process_keep_their_own_regions(tmp_path):
 
 def test_cli_says_emulation_and_device_mode_fails_in_one_line(examples, tmp_path):
     out = tmp_path / "artifact"
-    compiled = run_cli("compile", examples / "mlp.onnx", "--target", "ascend,cpu", "-o", out)
+    compiled = run_cli("compile", examples / "mlp.onnx", "--target", "ascend,cpu", "--placement", "accelerator-first", "-o", out)
     assert compiled.code == 0, compiled.stderr
     assert "runs as emulation (onnxruntime on the CPU, not the device)" in " ".join(compiled.stdout.split())
     inputs = examples / "mlp_inputs.npz"
@@ -251,7 +251,6 @@ def run_cli_standalone(out, inputs):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--target", "ascend"], "add the host: --target ascend,cpu"),
     (["--target", "ascend,cpu", "--arch", "ascend-9000"], "invalid arch 'ascend-9000'"),
 ])
 def test_bad_ascend_options_fail_in_one_line(examples, tmp_path, args, message):
@@ -261,8 +260,13 @@ def test_bad_ascend_options_fail_in_one_line(examples, tmp_path, args, message):
     assert not (tmp_path / "never").exists()
 
 
+def test_the_host_cpu_is_implied(examples):
+    compiled = hetc.compile(examples / "mlp.onnx", "ascend", placement="accelerator-first")
+    assert compiled.manifest.targets == ["ascend", "cpu"] and compiled.manifest.offloads
+
+
 def test_soc_version_comes_from_the_device_spec(examples, tmp_path):
-    compiled = hetc.compile(examples / "mlp.onnx", "ascend,cpu", arch=["ascend-310p"])
+    compiled = hetc.compile(examples / "mlp.onnx", "ascend,cpu", placement="accelerator-first", arch=["ascend-310p"])
     assert compiled.report["offload"]["ascend"]["soc_version"] == "Ascend310P3"
     out = compiled.save(tmp_path / "a")
     build = (out / compiled.manifest.offloads[0].project / "build.sh").read_text()
@@ -277,7 +281,7 @@ def test_torch_exported_models_match_onnxruntime_in_emulation(name, tmp_path):
     pytest.importorskip("torch")
     model, inputs = torch_models.export(name, tmp_path)
     out = tmp_path / "artifact"
-    compiled = run_cli("compile", model, "--target", "ascend,cpu", "-o", out)
+    compiled = run_cli("compile", model, "--target", "ascend,cpu", "--placement", "accelerator-first", "-o", out)
     assert compiled.code == 0, compiled.stderr
     result = run_cli("run", out, "--inputs", inputs, "--reference", model, "--tolerance", "1e-4")
     assert result.code == 0, result.stdout + result.stderr

@@ -53,7 +53,7 @@ def _check_artifact(compiled, out, min_ops):
 @pytest.mark.parametrize("name, min_ops", [("mlp", 8), ("cnn", 10)])
 def test_example_model_in_float_matches_onnxruntime(examples, tmp_path, name, min_ops):
     model, inputs = examples / f"{name}.onnx", _inputs(examples, name)
-    compiled = hetc.compile(model, "fpga,cpu")
+    compiled = hetc.compile(model, "fpga,cpu", placement="accelerator-first")
     for got, want in zip(compiled.run(inputs).values(), ort_run(model, inputs)):
         assert_close(got, want)
     out = compiled.save(tmp_path / "artifact")
@@ -75,7 +75,7 @@ def test_fixed_point_from_calibration_meets_its_bound(examples, tmp_path):
     rng = np.random.default_rng(7)
     calibration = tmp_path / "calibration.npz"
     np.savez(calibration, **{name: rng.standard_normal((16, *inputs[name].shape[1:])).astype(np.float32)})
-    compiled = hetc.compile(model, "fpga,cpu", calibration=calibration)
+    compiled = hetc.compile(model, "fpga,cpu", placement="accelerator-first", calibration=calibration)
     region = compiled.report["offload"]["fpga"]["regions"][0]
     assert region["precision"] == "fixed (calibrated)"
     for layer in region["layers"]:
@@ -97,7 +97,7 @@ def test_torch_exported_small_cnn(tmp_path):
     pytest.importorskip("torch")
     model, inputs = torch_models.export("small_cnn", tmp_path)
     out = tmp_path / "artifact"
-    compiled = run_cli("compile", model, "--target", "fpga,cpu", "-o", out)
+    compiled = run_cli("compile", model, "--target", "fpga,cpu", "--placement", "accelerator-first", "-o", out)
     assert compiled.code == 0, compiled.stderr
     assert "runs as C-simulation (emulated: no FPGA here)" in " ".join(compiled.stdout.split())
     result = run_cli("run", out, "--inputs", inputs, "--reference", model, "--tolerance", "1e-4")
@@ -113,14 +113,14 @@ def test_types_from_a_json_file_reach_the_layers(examples, tmp_path):
     spec = tmp_path / "types.json"
     spec.write_text(json.dumps({"default": "ap_fixed<18,8>", "layers": {
         "fpga_region0.dense_0.accum": "ap_fixed<40,16>", "other_region.x": "float"}}))
-    compiled = hetc.compile(examples / "mlp.onnx", "fpga,cpu", precision=spec)
+    compiled = hetc.compile(examples / "mlp.onnx", "fpga,cpu", placement="accelerator-first", precision=spec)
     layers = {layer["name"]: layer for layer in compiled.report["offload"]["fpga"]["regions"][0]["layers"]}
     assert layers["dense_0"]["accum"] == "ap_fixed<40,16>"
     assert layers["dense_0"]["result"] == "ap_fixed<18,8>"
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--target", "fpga"], "add the host: --target fpga,cpu"),
+    (["--target", "fpga", "--precision", "fixed16"], "invalid --precision"),  # the host cpu is implied
     (["--target", "fpga,cpu", "--precision", "int7"], "invalid --precision 'int7'"),
     (["--target", "fpga,cpu", "--precision", "missing.json"], "missing.json: no such file"),
     (["--target", "fpga,cpu", "--calibration", "missing.npz"], "missing.npz: not found"),

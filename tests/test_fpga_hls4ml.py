@@ -73,7 +73,7 @@ def test_csim_equals_hls4ml_bit_for_bit(tmp_path):
     types["fpga_region0.relu_1"] = _ap(relu[0].types["result_t"].precision)
     spec = tmp_path / "types.json"
     spec.write_text(json.dumps({"default": "ap_fixed<16,6>", "layers": types}))
-    compiled = hetc.compile(path, "fpga,cpu", precision=spec)
+    compiled = hetc.compile(path, "fpga,cpu", placement="accelerator-first", precision=spec)
     region = compiled.report["offload"]["fpga"]["regions"][0]
     assert [layer["name"] for layer in region["layers"]] == ["dense_0", "relu_1", "dense_2"]
     assert region["layers"][0]["accum"] == types["fpga_region0.dense_0.accum"].replace(",AP_TRN,AP_WRAP", "")

@@ -228,7 +228,7 @@ def test_fpga_c_simulation_runs_with_the_runtime_only(built, isolated, tmp_path)
     _, _, _, bundle = built
     proto = example_models.mlp()
     inputs = example_models.sample_inputs(proto)
-    compiled = hetc.compile(proto, target="fpga,cpu")
+    compiled = hetc.compile(proto, target="fpga,cpu", placement="accelerator-first")
     artifact = compiled.save(tmp_path / "mlp_fpga")
     np.savez(tmp_path / "inputs.npz", **inputs)
     out = tmp_path / "out.npz"

@@ -20,7 +20,69 @@ from tvm import relax
 
 from ..graph import OpGraph
 
-TAG = re.compile(r"hetc_(\d+)_")
+TAG = re.compile(r"hetc_(\d+)_\d*")  # placement.apply.tag_nodes' names (a clash adds digits)
+
+
+def with_offloads(stages: list, offloads) -> list:
+    """A target pipeline with the offloads' stages inserted: those that cut in the model's
+    layout (``layout = "model"``: Ascend, ONNX's NCHW) before the layout passes, the others
+    (FPGA) after them; all before legalization."""
+    if not offloads:
+        return stages
+    names = [s.name for s in stages]
+    legalize = names.index("legalize")
+    layout = names.index("convert_layout") if "convert_layout" in names else legalize
+    model = [s for o in offloads if getattr(o, "layout", None) == "model" for s in o.stages()]
+    host = [s for o in offloads if getattr(o, "layout", None) != "model" for s in o.stages()]
+    return stages[:layout] + model + stages[layout:legalize] + host + stages[legalize:]
+
+
+_DPS = tvm.ir.Op.get("relax.call_dps_packed")
+
+
+@relax.expr_functor.mutator
+class _Seal(relax.PyExprMutator):
+    """Calls of generated regions (``call_dps_packed`` of an ``ExternFunc``, which TVM's
+    partitioning passes cannot visit) become calls of placeholder functions, and back."""
+
+    def __init__(self, mod: tvm.IRModule, sealed: dict | None = None) -> None:
+        super().__init__(mod)
+        self.sealed = {} if sealed is None else sealed  # placeholder name -> (ExternFunc, attrs, out types)
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.same_as(_DPS) and isinstance(call.args[0], relax.ExternFunc):
+            out = call.ty_args[0]
+            if not isinstance(out, relax.TensorType) or out.shape is None:
+                return call
+            params = [relax.Var(f"x{i}", a.ty) for i, a in enumerate(call.args[1].fields)]
+            body = relax.op.zeros(out.shape, out.dtype)  # never runs: the call is restored after
+            gv = self.builder_.add_func(relax.Function(params, body, out, is_pure=True), "hetc_sealed")
+            self.sealed[gv.name_hint] = (call.args[0], call.attrs, call.ty_args)
+            return relax.Call(gv, list(call.args[1].fields))
+        if isinstance(call.op, tvm.ir.GlobalVar) and call.op.name_hint in self.sealed:
+            func, attrs, ty_args = self.sealed[call.op.name_hint]
+            return relax.Call(_DPS, [func, relax.Tuple(list(call.args))], attrs, ty_args)
+        return call
+
+
+def sealed(mod: tvm.IRModule, partition: Callable[[tvm.IRModule], tvm.IRModule]) -> tvm.IRModule:
+    """``partition(mod)`` with the regions other targets generated already hidden from it."""
+    seal = _Seal(mod)
+    main = seal.visit_expr(mod["main"])
+    if not seal.sealed:
+        return partition(mod)
+    inner = seal.builder_.get()
+    inner["main"] = main
+    out = partition(inner)
+    unseal = _Seal(out, seal.sealed)
+    main = unseal.visit_expr(out["main"])
+    out = unseal.builder_.get()
+    out["main"] = main
+    for gv in list(out.get_global_vars()):
+        if gv.name_hint in seal.sealed:
+            del out[gv]
+    return out
 
 
 def module_pass(name: str, fn: Callable[[tvm.IRModule], tvm.IRModule]):
@@ -31,6 +93,33 @@ def module_pass(name: str, fn: Callable[[tvm.IRModule], tvm.IRModule]):
         return fn(mod)
 
     return apply
+
+
+def op_graph_ids(func: relax.Function) -> dict:
+    """Each bound variable of ``func`` -> the op graph id it belongs to: its own tag, or for a
+    binding the graph passes made (a decomposed op's pieces, a layout transpose) the id of the
+    value it reads first, as ``placement.apply`` places such bindings with their producer."""
+    ids: dict = {}
+    for block in func.body.blocks:
+        for b in block.bindings:
+            match = TAG.fullmatch(b.var.name)
+            if match:
+                ids[b.var] = int(match.group(1))
+                continue
+            v = b.value
+            args = [v.tuple_value] if isinstance(v, relax.TupleGetItem) else list(getattr(v, "args", []))
+            if isinstance(v, relax.Var):
+                args = [v]
+            ids[b.var] = next((ids[a] for a in args if a in ids), None)
+    return ids
+
+
+def placed_here(ctx, allowed: set[int] | None, ids: dict) -> bool:
+    """Whether every op a pattern matched belongs (``op_graph_ids``) to an op the placement gave
+    this target (``allowed``: op graph ids; None: every op)."""
+    if allowed is None:
+        return True
+    return all(ids.get(var) in allowed for var in ctx.matched_bindings if ids.get(var) is not None)
 
 
 def func_attr(func, key: str):
@@ -142,14 +231,43 @@ class RegionOffload:
     def __init__(self, graph: OpGraph) -> None:
         self.graph = graph
         self.regions: list = []  # BuiltRegion (or a subclass), in codegen order
+        self.allowed: set[int] | None = None  # op graph ids a placement gave this target (None: all it supports)
         self.offloaded: set[int] = set()  # op graph ids inside some region
         self.seen: set[str] = set()  # ops still in the graph when it is partitioned (not folded away)
+
+    def stages(self) -> list:
+        """``<target>_partition`` (``cut``, with the regions of targets before it sealed) and
+        ``<target>_codegen`` (``name_regions``, then ``RunCodegen`` in ``codegen_scope``)."""
+        from ..passes.pipeline import Stage
+
+        t = self.target
+        return [Stage(f"{t}_partition", f"cut the ops {t} runs into regions (BYOC)",
+                      lambda: module_pass(f"Hetc_{t}_partition", lambda m: self.partition_with(m, self.cut))),
+                Stage(f"{t}_codegen", f"generate the code of the {t} regions (RunCodegen)",
+                      lambda: module_pass(f"Hetc_{t}_codegen", self.codegen))]
+
+    def cut(self, mod: tvm.IRModule) -> tvm.IRModule:
+        """The target's partitioning: ``"Codegen"`` functions called from ``main``."""
+        raise NotImplementedError
+
+    def name_regions(self, mod: tvm.IRModule) -> tvm.IRModule:
+        """Give the regions their symbols (``name_regions``) and record what codegen needs."""
+        raise NotImplementedError
+
+    def codegen_scope(self):
+        """A context in which ``relax.ext.<codegen>`` works for this compile."""
+        raise NotImplementedError
+
+    def codegen(self, mod: tvm.IRModule) -> tvm.IRModule:
+        mod = self.name_regions(mod)
+        with self.codegen_scope():
+            return relax.transform.RunCodegen()(mod)
 
     def partition_with(self, mod: tvm.IRModule, partition: Callable[[tvm.IRModule], tvm.IRModule]) -> tvm.IRModule:
         before = node_ids(mod["main"])
         names = {n.id: n.name for n in self.graph.nodes}
         self.seen = {names[i] for i in before if i in names}
-        mod = partition(mod)
+        mod = sealed(mod, partition)
         self.offloaded = before - node_ids(mod["main"])
         return mod
 

@@ -1,17 +1,23 @@
-"""Device specs: one JSON data file per device model in this folder.
+"""Device specs: one JSON data file per device model in this folder (and in ``$HETC_DEVICES``).
 
 A spec names the hetc target that drives the device, its code architecture (``arch``, e.g.
-``sm_90`` for CUDA), datasheet peak FLOP/s per dtype, memory size and bandwidth, and its link
-to the host. Backends read ``arch`` (``hetc compile --arch nvidia-a100``); the placement solver
-reads the numbers. Datasheet numbers are labelled by ``source``; they are never measurements.
+``sm_90`` for CUDA), peak FLOP/s per dtype, memory size and bandwidth, the fixed cost of
+launching one kernel, and its links: to the host (``host_link``) and to a peer of the same
+model (``peer_link``, e.g. NVLink); two devices of different models talk through the host.
+Backends read ``arch`` (``hetc compile --arch nvidia-a100``) and ``params`` (backend-specific
+numbers, e.g. an FPGA's DSP count and clock); the placement cost model reads the rest.
+``source`` says where the numbers come from: a datasheet, or a measurement on a named machine
+(``measure.py``); datasheet numbers are never presented as measurements.
 
-To add a device, drop ``<name>.json`` here with the keys of ``DeviceSpec`` (``name`` must equal
-the file name); ``hetc list targets`` and ``--arch`` pick it up.
+To add a device, drop ``<name>.json`` here or in a folder named by ``$HETC_DEVICES`` with the
+keys of ``DeviceSpec`` (``name`` must equal the file name); ``hetc list targets``, ``--arch``
+and ``--device`` pick it up.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -32,16 +38,22 @@ class DeviceSpec:
     memory_bytes: float = 0.0
     memory_bandwidth: float = 0.0  # bytes/s
     host_link: dict = field(default_factory=dict)  # name, bandwidth (bytes/s), latency (s)
+    peer_link: dict = field(default_factory=dict)  # to another device of this model: name, bandwidth, latency
+    launch_overhead: float = 0.0  # seconds per kernel launch / offloaded call
+    params: dict = field(default_factory=dict)  # backend-specific numbers (FPGA: dsp, clock_ns, ...)
 
 
 @cache
 def all_specs() -> dict[str, DeviceSpec]:
     specs = {}
-    for path in sorted(_DIR.glob("*.json")):
-        data = json.loads(path.read_text())
-        spec = DeviceSpec(**data)
+    folders = [_DIR] + [Path(p) for p in os.environ.get("HETC_DEVICES", "").split(os.pathsep) if p]
+    for path in [p for folder in folders for p in sorted(folder.glob("*.json"))]:
+        try:
+            spec = DeviceSpec(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError) as err:
+            raise UsageError(f"device spec {path}: not a valid spec ({err})") from None
         if spec.name != path.stem:
-            raise ValueError(f"{path}: name {spec.name!r} does not match the file name")
+            raise UsageError(f"device spec {path}: name {spec.name!r} does not match the file name")
         specs[spec.name] = spec
     return specs
 

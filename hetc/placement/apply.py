@@ -54,6 +54,7 @@ _TAG = re.compile(r"hetc_(\d+)_\d*")
 # Kernel calls: (PrimFunc, args tuple, ...) with the output type as their type argument.
 _KERNEL_CALLS = (tvm.ir.Op.get("relax.call_tir"), tvm.ir.Op.get("relax.call_tir_inplace"))
 _TO_VDEVICE = tvm.ir.Op.get("relax.to_vdevice")
+_DPS_PACKED = tvm.ir.Op.get("relax.call_dps_packed")  # an external target's region, after RunCodegen
 
 
 @dataclass(frozen=True)
@@ -245,10 +246,11 @@ def _is_kernel(expr) -> bool:
 class _Place(relax.PyExprMutator):
     """Rebuilds ``main`` with each call_tir on its vdevice and a to_vdevice at every crossing."""
 
-    def __init__(self, mod: tvm.IRModule, vdevices: list, device_of: dict[int, int]) -> None:
+    def __init__(self, mod: tvm.IRModule, vdevices: list, device_of: dict[int, int], host: int | None) -> None:
         super().__init__(mod)
         self.vdevices = vdevices
         self.device_of = device_of  # node id -> vdevice index
+        self.host = host  # vdevice of cpu:0, where external targets' regions take and give their tensors
         self.placed: set[int] = set()  # the nodes found (the others were folded or decomposed)
         self.where: dict = {}  # new Var -> vdevice index (Relax Vars hash by identity)
         self.moved: dict = {}  # (Var, index) -> the Var holding its copy there
@@ -286,6 +288,11 @@ class _Place(relax.PyExprMutator):
             args = [self._on(a, index) for a in args]
             ty = _with_vdevice(value.ty_args[0], self.vdevices[index])
             new = relax.Call(value.op, [value.args[0], relax.Tuple(args), *value.args[2:]], value.attrs, [ty])
+        elif _is_call(value, _DPS_PACKED) and self.host is not None:  # a region: its tensors on the host
+            index = self.host
+            args = [self._on(self.visit_expr(a), index) for a in value.args[1].fields]
+            ty = _with_vdevice(value.ty_args[0], self.vdevices[index])
+            new = relax.Call(value.op, [value.args[0], relax.Tuple(args)], value.attrs, [ty])
         else:  # tuples, projections, aliases, other calls (inputs not moved): where their first input is
             new = self.visit_expr(value)
             index = self._device(new) if not isinstance(new, relax.Call) else next(
@@ -322,7 +329,8 @@ def place_pass(placement: Placement, names: dict[int, str], options: CompileOpti
         vdevs = vdevices(placement, options)
         mod = mod.clone()
         mod.update_global_info("vdevice", vdevs)
-        placer = _Place(mod, vdevs, device_of)
+        host = placement.index("cpu:0") if "cpu:0" in placement.devices else None
+        placer = _Place(mod, vdevs, device_of, host)
         mod["main"] = placer.visit_expr(mod["main"])
         return mod.with_attr(PLACED_ATTR, sorted(names[i] for i in placer.placed))
 
@@ -462,11 +470,13 @@ def constant_transfer_pass() -> tvm.transform.Pass:
 
 
 def split_stages(placement: Placement, names: dict[int, str], targets: Sequence[Target],
-                 options: CompileOptions) -> list[Stage]:
+                 options: CompileOptions, offloads: Sequence = ()) -> list[Stage]:
     """The pipeline of a split module.
 
     Up to fusion: the stages of the first target (in ``targets`` order) that runs any op (its
-    layout and legalization), with ``place`` inserted just before fusion. After fusion:
+    layout and legalization) with the external targets' ``offloads`` stages (``byoc.with_offloads``:
+    their regions become calls that ``place`` keeps on cpu:0), and ``place`` inserted just before
+    fusion. After fusion:
     ``kernel_targets``, then, for every target that runs ops, its own stages after the shared
     fusion phase (schedules; each touches only its own functions), then ``move_constants``.
     """
@@ -482,7 +492,9 @@ def split_stages(placement: Placement, names: dict[int, str], targets: Sequence[
             raise CompileError(f"internal: the pipeline of a placed target has no stage '{name}'")
         return names.index(name)
 
-    base = used[0].backend.stages(options)
+    from ..backends.byoc import with_offloads
+
+    base = with_offloads(used[0].backend.stages(options), offloads)
     start, end = cut(base, fusion[0]), cut(base, fusion[-1]) + 1
     stages = base[:start] + [
         Stage("place", "put every op on its device (VDevice) and copy values that cross devices",

@@ -25,7 +25,16 @@ import tvm
 from tvm import relax
 
 from ...graph import OpNode
-from ..byoc import TAG, calls_to, codegen_functions, func_attr, isolated_movement, op_calls
+from ..byoc import (
+    TAG,
+    calls_to,
+    codegen_functions,
+    func_attr,
+    isolated_movement,
+    op_calls,
+    op_graph_ids,
+    placed_here,
+)
 from . import onnx_writer
 
 CODEGEN = "hetc_ascend"
@@ -47,14 +56,16 @@ def supports(node: OpNode) -> bool:
     return node.op in onnx_writer.WRITERS and bool(node.outputs) and dtypes <= support.ANY
 
 
-def pattern_table(exclude: set | frozenset = frozenset()) -> list:
-    """A ``FusionPattern`` per writable op, refusing calls with a reason or in ``exclude``."""
+def pattern_table(exclude: set | frozenset = frozenset(), allowed: set[int] | None = None,
+                  ids: dict | None = None) -> list:
+    """A ``FusionPattern`` per writable op, refusing calls with a reason, in ``exclude``, or
+    tagged as ops a placement put elsewhere (``allowed``: the op graph ids it gave Ascend)."""
     from tvm.relax.dpl import is_op, wildcard
     from tvm.relax.transform import FusionPattern
 
     def check(ctx) -> bool:
         calls = [e for e in ctx.matched_bindings.values() if isinstance(e, relax.Call)]
-        return all(c not in exclude and check_reason(c) is None for c in calls)
+        return placed_here(ctx, allowed, ids or {}) and all(c not in exclude and check_reason(c) is None for c in calls)
 
     # explicit arity: ``varg_default_wildcard`` patterns of multiply/divide fail inside TVM's matcher
     return [FusionPattern(f"{CODEGEN}.{op.removeprefix('relax.')}",
@@ -62,11 +73,13 @@ def pattern_table(exclude: set | frozenset = frozenset()) -> list:
             for op in sorted(onnx_writer.WRITERS)]
 
 
-def partition(mod: tvm.IRModule) -> tvm.IRModule:
-    """The supported ops of ``main`` cut into ``"Codegen": "hetc_ascend"`` regions."""
+def partition(mod: tvm.IRModule, allowed: set[int] | None = None) -> tvm.IRModule:
+    """The supported ops of ``main`` (those a placement gave Ascend, with ``allowed``) cut into
+    ``"Codegen": "hetc_ascend"`` regions."""
     isolated = isolated_movement(mod["main"], lambda c: check_reason(c) is None, MOVEMENT)
     before = [var for var, _ in _bindings(mod["main"])]
-    mod = relax.transform.FuseOpsByPattern(pattern_table(isolated), annotate_codegen=False)(mod)
+    table = pattern_table(isolated, allowed, op_graph_ids(mod["main"]))
+    mod = relax.transform.FuseOpsByPattern(table, annotate_codegen=False)(mod)
     mod = _annotate(mod, before)
     return relax.transform.MergeCompositeFunctions()(mod)
 
@@ -89,20 +102,24 @@ def _annotate(mod: tvm.IRModule, before: list) -> tvm.IRModule:
     return mod
 
 
-def unsupported_reasons(mod: tvm.IRModule) -> dict[str, str]:
+def unsupported_reasons(mod: tvm.IRModule, allowed: set[int] | None = None) -> dict[str, str]:
     """For every op left on the host next to a region (an input of one, or using one's
-    output): its variable's name -> why it was not offloaded."""
+    output): its variable's name -> why it was not offloaded (``allowed``: the op graph ids a
+    placement gave Ascend)."""
     regions = set(codegen_functions(mod, CODEGEN))
     calls = calls_to(mod["main"], regions)
     region_vars = {b.var for b in _region_bindings(mod["main"], regions)}
     inputs = {a for c in calls for a in c.args}
     isolated = isolated_movement(mod["main"], lambda c: check_reason(c) is None, MOVEMENT)
+    ids = op_graph_ids(mod["main"])
     reasons = {}
     for var, call in op_calls(mod["main"]):
         near = var in inputs or any(_reads(a, region_vars) for a in call.args)
         if not near:
             continue
         reason = check_reason(call)
+        if reason is None and allowed is not None and ids.get(var) is not None and ids[var] not in allowed:
+            reason = "the placement keeps it on the host (cheaper there, transfers included)"
         if reason is None:
             reason = ("moves data only, next to no NPU computation" if call in isolated
                       else "would join regions into a cycle through host ops")

@@ -1,16 +1,16 @@
 """The Ascend target's stages inside the host CPU's pipeline, and what they leave for the artifact.
 
-``offload(options, graph, inputs)`` makes an ``AscendOffload`` for one compile. Its stages run
-after the host's inference and simplify phases and before its layout passes (``layout =
-"model"``: CANN takes the model's own NCHW ONNX ops):
+``offload(options, graph, inputs)`` makes an ``AscendOffload`` for one compile. Its stages
+(``byoc.RegionOffload.stages``) run after the host's inference and simplify phases and before
+its layout passes (``layout = "model"``: CANN takes the model's own NCHW ONNX ops):
 
-1. ``ascend_partition``: ``patterns.partition`` cuts the supported ops into maximal regions.
-2. ``ascend_regions``: writes each region as ONNX (``onnx_writer.region_model``), names it
-   ``ascend_region<k>_<hash of its ONNX>`` (a content-addressed symbol: two artifacts loaded
-   in one process never call each other's regions) and records why the host ops next to it
-   stayed on the host.
-3. ``ascend_codegen``: ``RunCodegen`` hands the regions to ``codegen.generate``: the host
-   program, ATC/build script and README of each region.
+1. ``ascend_partition`` (``cut``): ``patterns.partition`` cuts the supported ops (those a
+   placement gave Ascend) into maximal regions.
+2. ``ascend_codegen``: ``name_regions`` writes each region as ONNX
+   (``onnx_writer.region_model``) and names it ``ascend_region<k>_<hash of its ONNX>`` (a
+   content-addressed symbol: two artifacts loaded in one process never call each other's
+   regions), with why the host ops next to it stayed on the host; ``RunCodegen`` hands the
+   regions to ``codegen.generate``: the host program, ATC/build script and README of each.
 
 After the pipeline, ``records`` (manifest), ``report`` (report.json) and ``write``
 (``ascend/<region>/``) describe the regions; ``serve`` makes them callable in this process.
@@ -30,8 +30,7 @@ from tvm import relax
 from ...errors import CompileError
 from ...graph import OpGraph
 from ...options import CompileOptions
-from ...passes.pipeline import Stage
-from ..byoc import TAG, BuiltRegion, RegionOffload, calls_to, codegen_functions, module_pass, name_regions
+from ..byoc import TAG, BuiltRegion, RegionOffload, calls_to, codegen_functions, name_regions
 from . import onnx_writer, patterns, runtime, support
 from .spec import RegionSpec
 
@@ -57,18 +56,12 @@ class AscendOffload(RegionOffload):
         self.soc_version = soc_version(options)
         self.pending: dict[str, tuple[bytes, list, list, dict[str, int], dict[str, str]]] = {}
 
-    def stages(self) -> list[Stage]:
-        return [
-            Stage("ascend_partition", "cut the ops CANN supports into maximal regions (BYOC)",
-                  lambda: module_pass("HetcAscendPartition", lambda m: self.partition_with(m, patterns.partition))),
-            Stage("ascend_regions", "write each region as an ONNX subgraph and name it by its content",
-                  lambda: module_pass("HetcAscendRegions", self._name_regions)),
-            Stage("ascend_codegen", "host program and ATC build script for each region",
-                  lambda: module_pass("HetcAscendCodegen", self._codegen)),
-        ]
+    def cut(self, mod: tvm.IRModule) -> tvm.IRModule:
+        return patterns.partition(mod, self.allowed)
 
-    def _name_regions(self, mod: tvm.IRModule) -> tvm.IRModule:
-        reasons = patterns.unsupported_reasons(mod)
+    def name_regions(self, mod: tvm.IRModule) -> tvm.IRModule:
+        """Each region written as ONNX and named by its content; why its neighbours stayed."""
+        reasons = patterns.unsupported_reasons(mod, self.allowed)
         names = {n.id: n.name for n in self.graph.nodes}
 
         def node_name(var_name: str) -> str:
@@ -93,11 +86,10 @@ class AscendOffload(RegionOffload):
             self.pending[str(func.attrs["global_symbol"])] = models[gv_name]
         return mod
 
-    def _codegen(self, mod: tvm.IRModule) -> tvm.IRModule:
+    def codegen_scope(self):
         from . import codegen
 
-        with codegen.active(self):
-            return relax.transform.RunCodegen()(mod)
+        return codegen.active(self)
 
     # -- after the pipeline ---------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from tvm import relax, topi
 from ...options import CompileOptions
 from ...passes.phases import fusion_passes, inference_passes, layout_passes, legalize_passes, simplify_passes
 from ...passes.pipeline import Stage
+from ..byoc import with_offloads
 from .codegen import llvm_target
 from .schedules import default_schedule_pass, split_weight_packing_pass
 
@@ -63,19 +64,15 @@ def pre_schedule_stages(options: CompileOptions, offloads: Sequence = ()) -> lis
     out of the module. Those with ``layout = "model"`` (Ascend: ONNX's NCHW) run before the
     layout passes, the others (FPGA) after them (NHWC convs); all before legalization.
     """
-    model_layout = [s for o in offloads if getattr(o, "layout", None) == "model" for s in o.stages()]
-    host_layout = [s for o in offloads if getattr(o, "layout", None) != "model" for s in o.stages()]
-    return (
+    return with_offloads(
         inference_passes()
         + simplify_passes()
-        + model_layout
         + layout_passes(options.layout or "NHWC")
-        + host_layout
         + legalize_passes(FAST_MATH)
         + fusion_passes()
         + [Stage("mark_constant_params", "tell each kernel which of its inputs are constants (packable)",
-                 relax.transform.AttachAttrLayoutFreeBuffers)]
-    )
+                 relax.transform.AttachAttrLayoutFreeBuffers)],
+        offloads)
 
 
 def stages(options: CompileOptions, offloads: Sequence = ()) -> list[Stage]:

@@ -5,7 +5,7 @@ run here as C-simulation linked into the host CPU's library (docs/fpga.md).
 """
 
 from ...targets import Backend, Target, TargetKind, register_target
-from . import patterns, pipeline, runtime
+from . import estimates, patterns, pipeline, runtime
 
 FPGA = register_target(Target(
     name="fpga",
@@ -15,5 +15,5 @@ FPGA = register_target(Target(
     dtypes=frozenset({"float32"}),
     backend=Backend(supports=patterns.supports, stages=lambda options: [], build=runtime.host_only,
                     export=runtime.host_only, load=runtime.host_only, runner=runtime.host_only,
-                    offload=pipeline.offload),
+                    offload=pipeline.offload, cost=estimates.node_seconds),
 ))

@@ -78,6 +78,21 @@ def generate(func, offload):
     return tvm.runtime.load_static_library(str(obj), [emit.top_name(typed)])
 
 
+def check_precision(spec: str | None) -> None:
+    """A one-line error for a --precision that is none of float, fixed, a type or a JSON file."""
+    if spec in (None, "float", "fixed"):
+        return
+    if spec.endswith(".json"):
+        if not Path(spec).is_file():
+            raise UsageError(f"--precision {spec}: no such file")
+        return
+    try:
+        NumType.parse(spec)
+    except ValueError:
+        raise UsageError(f"invalid --precision {spec!r}: use float, fixed, a type like ap_fixed<16,6>, or a "
+                         ".json file of per-layer types") from None
+
+
 def _types(region: Region, options, samples) -> tuple[Region, str]:
     """The region with its number types, and a description of how they were chosen."""
     spec = options.precision or "float"

@@ -229,3 +229,35 @@ def estimate(region: Region, clock_ns: float = 4.0) -> RegionEstimate:
     return RegionEstimate(region.name, clock_ns, region.batch, interval, interval * region.batch + depth,
                           sum(e.dsp for e in layers), sum(e.bram_18k for e in layers),
                           sum(e.lutram_bits for e in layers), layers)
+
+
+def node_seconds(node, spec) -> float | None:
+    """The placement cost model's time for an op graph node (NCHW, before partitioning) on the
+    FPGA ``spec``: the same interval model as the layers above (a MAC layer streams ``outputs x
+    reuse`` cycles per sample, with the reuse that fits ``max_multipliers``; other layers one
+    scalar per cycle) times the batch, at the spec's clock. Layers of a region overlap under
+    DATAFLOW, so summing nodes overestimates a region; None for a node without shapes."""
+    from .patterns import Limits, choose_reuse
+
+    if not node.inputs or not node.outputs or not node.outputs[0].shape:
+        return None
+    out = node.outputs[0]
+    batch = out.shape[0]
+    weight = node.inputs[1].shape if len(node.inputs) > 1 else ()
+    streamed = node.inputs[:1] if node.op in ("relax.nn.conv2d", "relax.matmul") else node.inputs  # not weights
+    per_sample_in = max(t.size for t in streamed) // max(batch, 1)
+    per_sample_out = out.size // max(batch, 1)
+    cycles = max(per_sample_in, per_sample_out)
+    if node.op == "relax.nn.conv2d" and len(weight) == 4:
+        f, cg, kh, kw = weight
+        macs, outputs = kh * kw * cg * f, math.prod(out.shape[2:])
+    elif node.op == "relax.matmul" and len(weight) == 2:
+        macs, outputs = weight[0] * weight[1], per_sample_out // max(weight[1], 1)
+    else:
+        macs = 0
+    if macs:
+        reuse = choose_reuse(macs, Limits(max_multipliers=int(spec.params.get("max_multipliers", 4096))))
+        if reuse is None:
+            return None
+        cycles = max(cycles, outputs * reuse)
+    return batch * cycles * float(spec.params.get("clock_ns", 4.0)) * 1e-9

@@ -442,21 +442,25 @@ def isolated_movement(func, limits: Limits | None = None) -> set:
     return isolated(func, lambda call: check_reason(call, limits) is None, MOVEMENT)
 
 
-def pattern_table(limits: Limits | None = None, exclude: set | frozenset = frozenset()) -> list:
+def pattern_table(limits: Limits | None = None, exclude: set | frozenset = frozenset(),
+                  allowed: set[int] | None = None, ids: dict | None = None) -> list:
     """``FusionPattern``s for ``FuseOpsByPattern``, highest priority first, named
     ``hetc_fpga.<kind>``. Each check runs ``check_reason`` on every matched op, refuses
     matches whose intermediate values are used outside them, and checks the structure.
-    Calls in ``exclude`` (the very Relax objects, e.g. from ``isolated_movement``) are refused."""
+    Calls in ``exclude`` (the very Relax objects, e.g. from ``isolated_movement``) and ops a
+    placement put elsewhere (``allowed``: the op graph ids it gave the FPGA) are refused."""
     from tvm.relax.backend.utils import has_leaking_intermediate_variables
     from tvm.relax.dpl import is_const, is_op, wildcard
     from tvm.relax.transform import FusionPattern
+
+    from ..byoc import placed_here
 
     limits = limits or Limits()
 
     def check_for(name: str):
         def check(ctx) -> bool:
             calls = _calls(ctx)
-            if any(c in exclude or check_reason(c, limits) is not None for c in calls):
+            if not placed_here(ctx, allowed, ids or {}) or any(c in exclude or check_reason(c, limits) is not None for c in calls):
                 return False
             if len(calls) > 1 and has_leaking_intermediate_variables(ctx):
                 return False
@@ -509,12 +513,14 @@ def pattern_table(limits: Limits | None = None, exclude: set | frozenset = froze
     return [FusionPattern(f"{CODEGEN}.{name}", pattern, {}, check_for(name)) for name, pattern in table]
 
 
-def partition(mod, limits: Limits | None = None):
+def partition(mod, limits: Limits | None = None, allowed: set[int] | None = None):
     """``FuseOpsByPattern`` with this table, then ``MergeCompositeFunctions``: the FPGA regions
     become functions with ``"Codegen": "hetc_fpga"`` called from ``main``. Transposes and
     reshapes with no FPGA computation next to them stay on the CPU."""
     from tvm import relax
 
-    table = pattern_table(limits, isolated_movement(mod["main"], limits))
+    from ..byoc import op_graph_ids
+
+    table = pattern_table(limits, isolated_movement(mod["main"], limits), allowed, op_graph_ids(mod["main"]))
     mod = relax.transform.FuseOpsByPattern(table, annotate_codegen=False)(mod)
     return relax.transform.MergeCompositeFunctions()(mod)

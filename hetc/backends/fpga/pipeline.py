@@ -1,15 +1,16 @@
 """The FPGA's stages inside the host CPU's pipeline, and what they leave for the artifact.
 
-``offload(options, graph, inputs)`` makes an ``FpgaOffload`` for one compile. Its stages run
-after the host's layout passes (NHWC) and before legalization:
+``offload(options, graph, inputs)`` makes an ``FpgaOffload`` for one compile. Its stages
+(``byoc.RegionOffload.stages``) run after the host's layout passes (NHWC) and before
+legalization:
 
-1. ``fpga_partition``: the pattern table (``patterns.py``) cuts the supported ops into
-   ``Codegen: hetc_fpga`` functions, one per connected region (BYOC).
-2. ``fpga_regions``: names the regions ``fpga_region<k>`` (their symbols in the library) and
-   records, for calibration, how each region input follows from the model inputs.
-3. ``fpga_codegen``: ``RunCodegen`` hands each region to ``codegen.generate``: a ``Region``
-   with its number types, the Vitis HLS project, the estimates and the C-simulation object
-   that is linked into the host's library.
+1. ``fpga_partition`` (``cut``): the pattern table (``patterns.py``) cuts the supported ops
+   (those a placement gave the FPGA) into ``Codegen: hetc_fpga`` functions, one per region.
+2. ``fpga_codegen``: ``name_regions`` names them ``fpga_region<k>`` (their symbols in the
+   library) and records, for calibration, how each region input follows from the model
+   inputs; ``RunCodegen`` hands each region to ``codegen.generate``: a ``Region`` with its
+   number types, the Vitis HLS project, the estimates and the C-simulation object that is
+   linked into the host's library.
 
 After the pipeline, ``records`` (manifest), ``report`` (report.json) and ``write`` (the HLS
 projects under ``fpga/<region>/``) describe what was generated.
@@ -29,8 +30,7 @@ from tvm import relax
 from ...errors import CompileError
 from ...graph import OpGraph
 from ...options import CompileOptions
-from ...passes.pipeline import Stage
-from ..byoc import BuiltRegion, RegionOffload, calls_to, codegen_functions, module_pass, name_regions
+from ..byoc import BuiltRegion, RegionOffload, calls_to, codegen_functions, name_regions
 from . import patterns
 from .runtime import EXECUTION
 
@@ -52,8 +52,10 @@ class FpgaOffload(RegionOffload):
     target = "fpga"
 
     def __init__(self, options: CompileOptions, graph: OpGraph, inputs: Sequence) -> None:
+        from .codegen import check_precision
         from .precision import load_calibration
 
+        check_precision(options.precision)
         super().__init__(graph)
         self.options = options
         self.limits = patterns.Limits()
@@ -63,20 +65,14 @@ class FpgaOffload(RegionOffload):
         self.sources: dict[str, list] = {}  # region -> per input: (model input index, ops) | None
         self.workdir = tempfile.TemporaryDirectory(prefix="hetc-fpga-")  # the objects, until export
 
-    def stages(self) -> list[Stage]:
-        return [
-            Stage("fpga_partition", "cut the ops the FPGA kernels support into regions (BYOC)",
-                  lambda: module_pass("HetcFpgaPartition",
-                                      lambda m: self.partition_with(m, lambda m: patterns.partition(m, self.limits)))),
-            Stage("fpga_regions", "name the regions and trace their inputs to the model inputs",
-                  lambda: module_pass("HetcFpgaRegions", self._name_regions)),
-            Stage("fpga_codegen", "HLS projects and C-simulation objects for the regions",
-                  lambda: module_pass("HetcFpgaCodegen", self._codegen)),
-        ]
+    def cut(self, mod: tvm.IRModule) -> tvm.IRModule:
+        return patterns.partition(mod, self.limits, self.allowed)
 
     # -- stages ---------------------------------------------------------------------------------
 
-    def _name_regions(self, mod: tvm.IRModule) -> tvm.IRModule:
+    def name_regions(self, mod: tvm.IRModule) -> tvm.IRModule:
+        """Symbols ``fpga_region<k>`` (their names in the library), and for calibration how each
+        region input follows from the model inputs."""
         mod = name_regions(mod, patterns.CODEGEN, "fpga_region")
         bindings = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
         params = list(mod["main"].params)
@@ -85,11 +81,10 @@ class FpgaOffload(RegionOffload):
             self.sources[symbol] = [_trace(arg, bindings, params) for arg in call.args]
         return mod
 
-    def _codegen(self, mod: tvm.IRModule) -> tvm.IRModule:
+    def codegen_scope(self):
         from . import codegen
 
-        with codegen.active(self):
-            return relax.transform.RunCodegen()(mod)
+        return codegen.active(self)
 
     # -- calibration ----------------------------------------------------------------------------
 
