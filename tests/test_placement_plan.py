@@ -165,3 +165,53 @@ def test_bad_placement_options_fail_in_one_line(examples, tmp_path, args, messag
     lines = result.stderr.strip().splitlines()
     assert result.code != 0 and len(lines) == 1 and message in lines[0], result.stderr
     assert not (tmp_path / "never").exists()
+
+
+def _runnable(compiled) -> bool:
+    """No GPU here: an artifact with a cuda part compiles but cannot run."""
+    devices = compiled.manifest.parts[0].devices or [compiled.manifest.parts[0].device]
+    return not any(d.startswith("cuda") for d in devices)
+
+
+@pytest.mark.parametrize("targets", ["cuda,ascend", "cpu,fpga", "cpu,cuda,ascend,fpga"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
+def test_device_combinations_compile_and_the_runnable_ones_match(examples, name, targets):
+    model, inputs = examples / f"{name}.onnx", dict(np.load(examples / f"{name}_inputs.npz"))
+    compiled = hetc.compile(model, targets)
+    assert compiled.plan["prediction"]["predicted_seconds"] > 0
+    if _runnable(compiled):
+        for got, want in zip(compiled.run(inputs).values(), ort_run(model, inputs)):
+            assert_close(got, want)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_cpu_ascend_and_fpga_in_one_artifact(examples, tmp_path, split):
+    """A given placement over three kinds of device: the CPU real (one vdevice, or two as a split
+    module), Ascend regions in emulation, FPGA regions in C-simulation; after a save and load too."""
+    model, inputs = examples / "cnn.onnx", dict(np.load(examples / "cnn_inputs.npz"))
+    names = [n.name for n in hetc.api.inspect_model(model).graph.nodes]
+    third = len(names) // 3
+    placement = {n: ("ascend:0" if i < third else "fpga:0" if i < 2 * third else ("cpu:1" if split else "cpu:0"))
+                 for i, n in enumerate(names)}
+    compiled = hetc.compile(model, "cpu,ascend,fpga", placement=placement)
+    assert sorted(o.target for o in compiled.manifest.offloads) == ["ascend", "fpga"]
+    assert compiled.manifest.parts[0].devices == (["cpu:0", "cpu:1"] if split else ["cpu:0"])
+    reloaded = hetc.load(compiled.save(tmp_path / "a"))
+    for model_ in (compiled, reloaded):
+        for got, want in zip(model_.run(inputs).values(), ort_run(model, inputs)):
+            assert_close(got, want)
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_torch_resnet18_on_device_combinations(tmp_path):
+    torch_models = pytest.importorskip("torch_models")
+    pytest.importorskip("torch")
+    model, inputs_path = torch_models.export("resnet18", tmp_path)
+    inputs = dict(np.load(inputs_path))
+    for targets in ("cuda,ascend", "cpu,fpga", "cpu,cuda,ascend,fpga", "cpu,ascend"):
+        compiled = hetc.compile(model, targets)
+        assert compiled.plan["prediction"]["optimal"] or compiled.plan["prediction"]["solver"] == "heuristic"
+        if _runnable(compiled):
+            for got, want in zip(compiled.run(inputs).values(), ort_run(model, inputs)):
+                assert_close(got, want)

@@ -184,10 +184,13 @@ def op_calls(func: relax.Function) -> list[tuple[relax.Var, relax.Call]]:
             if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)]
 
 
-def isolated_movement(func: relax.Function, ok: Callable[[relax.Call], bool], movement: frozenset[str]) -> set:
+def isolated_movement(func: relax.Function, ok: Callable[[relax.Call], bool], movement: frozenset[str],
+                      allowed: set[int] | None = None) -> set:
     """The data-movement calls of ``func`` (op names in ``movement``) that ``ok`` accepts but
-    that are not connected, through other such calls, to an accepted op that computes: alone
-    they would make a region that only moves data to the device and back."""
+    that are not connected, through other such calls, to an accepted op that computes (and that
+    a placement gave the target: ``allowed`` op graph ids, see ``placed_here``): alone they
+    would make a region that only moves data to the device and back."""
+    ids = op_graph_ids(func) if allowed is not None else {}
     producer, users = {}, {}
     calls = []
     for var, call in op_calls(func):
@@ -196,7 +199,8 @@ def isolated_movement(func: relax.Function, ok: Callable[[relax.Call], bool], mo
         for arg in call.args:
             users.setdefault(arg, []).append(call)
     bound = {id(c): v for v, c in producer.items()}
-    good = {id(c) for c in calls if ok(c)}
+    good = {id(c) for c in calls if ok(c) and (allowed is None or ids.get(bound[id(c)]) in allowed
+                                               or ids.get(bound[id(c)]) is None)}
     moving = {id(c) for c in calls if str(c.op.name) in movement and id(c) in good}
 
     def neighbours(call):

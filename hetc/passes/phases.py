@@ -19,10 +19,16 @@ from .pipeline import Stage, relax_op_counts
 log = logging.getLogger(__name__)
 
 
+def _keep_tags(make_pass):
+    from ..placement.apply import keep_tags  # placement.apply imports this module
+
+    return keep_tags(make_pass)
+
+
 def inference_passes() -> list[Stage]:
     return [
         Stage("fold_batchnorm", "fold BatchNorm that follows a conv2d into its weights",
-              relax.transform.FoldBatchnormToConv2D),
+              lambda: _keep_tags(relax.transform.FoldBatchnormToConv2D)),
         Stage("decompose_inference", "decompose the remaining BatchNorm ops into elementwise arithmetic",
               relax.transform.DecomposeOpsForInference),
     ]

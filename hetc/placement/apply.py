@@ -207,6 +207,23 @@ class _Rename(relax.PyExprMutator):
         self.set_var_remap(binding.var, emit(value, name))
 
 
+@relax.expr_functor.mutator
+class _RenameAt(relax.PyExprMutator):
+    """Renames the bindings of ``main`` at the given positions (binding index -> name)."""
+
+    def __init__(self, names: dict[int, str], mod: tvm.IRModule) -> None:
+        super().__init__(mod)
+        self.names = names
+        self.index = 0
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = self.visit_expr(binding.value)
+        name = self.names.get(self.index, binding.var.name)
+        self.index += 1
+        emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
+        self.set_var_remap(binding.var, emit(value, name))
+
+
 def _node_id(name: str) -> int | None:
     match = _TAG.fullmatch(name)
     return int(match.group(1)) if match else None
@@ -221,6 +238,41 @@ def tag_nodes(mod: tvm.IRModule, graph: OpGraph) -> tuple[tvm.IRModule, dict[int
     mod = mod.clone()
     mod["main"] = _Rename(tags, mod).visit_expr(mod["main"])
     return mod, {n.id: n.name for n in graph.nodes}
+
+
+def keep_tags(make_pass):
+    """``make_pass()`` with the op tags it drops restored. ``FoldBatchnormToConv2D`` rebuilds
+    ``main`` with fresh names; the ops of the result are matched to those before it by their
+    order (longest common subsequence of op names), and each untagged op takes the tag of its
+    match: the folded conv2d keeps the conv's tag (the batch_norm is folded into it)."""
+    import difflib
+
+    @tvm.transform.module_pass(opt_level=0, name="HetcKeepTags")
+    def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        def ops(func):  # (binding index, name, op) of every op binding
+            bindings = [b for block in func.body.blocks for b in block.bindings]
+            return [(k, b.var.name, str(b.value.op.name)) for k, b in enumerate(bindings)
+                    if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)]
+
+        before = ops(mod["main"])
+        out = make_pass()(mod)
+        if not any(_node_id(name) is not None for _, name, _ in before):
+            return out
+        after = ops(out["main"])
+        names = {}  # binding index in the result -> tag
+        matcher = difflib.SequenceMatcher(None, [op for *_, op in before], [op for *_, op in after], autojunk=False)
+        for block in matcher.get_matching_blocks():
+            for k in range(block.size):
+                old, (index, new, _) = before[block.a + k][1], after[block.b + k]
+                if _node_id(old) is not None and _node_id(new) is None:
+                    names[index] = old
+        if not names:
+            return out
+        out = out.clone()
+        out["main"] = _RenameAt(names, out).visit_expr(out["main"])
+        return out
+
+    return apply
 
 
 # -- placing the legalized module -----------------------------------------------------------------

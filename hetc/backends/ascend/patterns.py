@@ -76,7 +76,7 @@ def pattern_table(exclude: set | frozenset = frozenset(), allowed: set[int] | No
 def partition(mod: tvm.IRModule, allowed: set[int] | None = None) -> tvm.IRModule:
     """The supported ops of ``main`` (those a placement gave Ascend, with ``allowed``) cut into
     ``"Codegen": "hetc_ascend"`` regions."""
-    isolated = isolated_movement(mod["main"], lambda c: check_reason(c) is None, MOVEMENT)
+    isolated = isolated_movement(mod["main"], lambda c: check_reason(c) is None, MOVEMENT, allowed)
     before = [var for var, _ in _bindings(mod["main"])]
     table = pattern_table(isolated, allowed, op_graph_ids(mod["main"]))
     mod = relax.transform.FuseOpsByPattern(table, annotate_codegen=False)(mod)
@@ -110,7 +110,7 @@ def unsupported_reasons(mod: tvm.IRModule, allowed: set[int] | None = None) -> d
     calls = calls_to(mod["main"], regions)
     region_vars = {b.var for b in _region_bindings(mod["main"], regions)}
     inputs = {a for c in calls for a in c.args}
-    isolated = isolated_movement(mod["main"], lambda c: check_reason(c) is None, MOVEMENT)
+    isolated = isolated_movement(mod["main"], lambda c: check_reason(c) is None, MOVEMENT, allowed)
     ids = op_graph_ids(mod["main"])
     reasons = {}
     for var, call in op_calls(mod["main"]):

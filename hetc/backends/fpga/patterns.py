@@ -434,12 +434,13 @@ def _structure_ok(name: str, calls: list) -> bool:
 MOVEMENT = frozenset({"relax.permute_dims", "relax.reshape"})  # data movement, no arithmetic
 
 
-def isolated_movement(func, limits: Limits | None = None) -> set:
+def isolated_movement(func, limits: Limits | None = None, allowed: set[int] | None = None) -> set:
     """The transposes and reshapes of ``func`` the FPGA could run but that touch no FPGA
-    computation: alone they would make a region that only moves data to the FPGA and back."""
+    computation (that a placement gave it: ``allowed``): alone they would make a region that
+    only moves data to the FPGA and back."""
     from ..byoc import isolated_movement as isolated
 
-    return isolated(func, lambda call: check_reason(call, limits) is None, MOVEMENT)
+    return isolated(func, lambda call: check_reason(call, limits) is None, MOVEMENT, allowed)
 
 
 def pattern_table(limits: Limits | None = None, exclude: set | frozenset = frozenset(),
@@ -521,6 +522,7 @@ def partition(mod, limits: Limits | None = None, allowed: set[int] | None = None
 
     from ..byoc import op_graph_ids
 
-    table = pattern_table(limits, isolated_movement(mod["main"], limits), allowed, op_graph_ids(mod["main"]))
+    table = pattern_table(limits, isolated_movement(mod["main"], limits, allowed), allowed,
+                          op_graph_ids(mod["main"]))
     mod = relax.transform.FuseOpsByPattern(table, annotate_codegen=False)(mod)
     return relax.transform.MergeCompositeFunctions()(mod)
