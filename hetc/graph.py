@@ -118,6 +118,18 @@ _NO_FLOPS = {
 }
 
 
+def static_tensor(ty) -> TensorInfo | None:
+    """A static TensorInfo of a Relax type, or None (not a tensor, or a symbolic/unknown shape)."""
+    from tvm import relax
+
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
+        return None
+    try:
+        return TensorInfo(tuple(int(d) for d in ty.shape.values), str(ty.dtype))
+    except TypeError:
+        return None
+
+
 def _tensors(ty) -> list[TensorInfo]:
     from tvm import relax
 

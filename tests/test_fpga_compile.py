@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,3 +141,32 @@ def test_bad_fpga_options_fail_in_one_line(examples, tmp_path, args, message):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr, result.stderr
     assert not out.exists()
+
+
+def test_two_artifacts_with_the_same_region_names_in_one_process(tmp_path):
+    """Two models whose FPGA regions have the same names (fpga_region0, conv2d_1_config) but other
+    shapes, compiled and run in one process: each region's static buffers are its own. With
+    STB_GNU_UNIQUE symbols the second, larger region wrote past the first one's line buffers and
+    crashed the process (run in a subprocess so that a regression fails cleanly)."""
+    script = tmp_path / "two.py"
+    script.write_text(f"""
+import sys
+import numpy as np
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from onnx import helper
+from onnx_util import make, tensor
+from conftest import assert_close, ort_run
+import hetc
+
+for size in (8, 96):
+    w = np.random.default_rng(size).standard_normal((8, 3, 3, 3)).astype(np.float32)
+    model = make([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                 [tensor("x", [1, 3, size, size])], [tensor("y", [1, 8, size, size])], {{"w": w}})
+    compiled = hetc.compile(model, "cpu,fpga", placement="accelerator-first")
+    assert [o.name for o in compiled.manifest.offloads] == ["fpga_region0"]
+    x = {{"x": np.random.default_rng(1).standard_normal((1, 3, size, size)).astype(np.float32)}}
+    assert_close(compiled.run(x)["y"], ort_run(model, x)[0])
+print("ok")
+""")
+    run = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout[-2000:] + run.stderr[-2000:]

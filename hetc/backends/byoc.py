@@ -11,6 +11,8 @@ the pipeline, ``records`` (manifest ``offloads``), ``report`` and ``write`` desc
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,6 +85,31 @@ def sealed(mod: tvm.IRModule, partition: Callable[[tvm.IRModule], tvm.IRModule])
         if gv.name_hint in seal.sealed:
             del out[gv]
     return out
+
+
+class CodegenContext:
+    """Which ``RegionOffload`` a registered ``relax.ext.<codegen>`` works for: ``RunCodegen``
+    calls the codegen by name, so the compile in progress is set around it (``active``)."""
+
+    def __init__(self, codegen: str) -> None:
+        self.codegen = codegen
+        self.var: contextvars.ContextVar = contextvars.ContextVar(codegen)
+
+    @contextlib.contextmanager
+    def active(self, offload):
+        token = self.var.set(offload)
+        try:
+            yield
+        finally:
+            self.var.reset(token)
+
+    def current(self):
+        offload = self.var.get(None)
+        if offload is None:
+            from ..errors import CompileError
+
+            raise CompileError(f"internal: {self.codegen} regions reached RunCodegen outside an hetc compile")
+        return offload
 
 
 def module_pass(name: str, fn: Callable[[tvm.IRModule], tvm.IRModule]):

@@ -9,32 +9,17 @@ library: the VM calls the region's symbol, which the runtime provides in the art
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-
 import tvm
 
-from ...errors import CompileError
-from ..byoc import node_ids
+from ..byoc import CodegenContext, node_ids
 from .spec import OPSET, RegionSpec
 
-_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("hetc_ascend_offload")
-
-
-@contextlib.contextmanager
-def active(offload):
-    token = _ACTIVE.set(offload)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
+CONTEXT = CodegenContext("hetc_ascend")
 
 
 @tvm.register_global_func("relax.ext.hetc_ascend")
 def _codegen(functions, _options, _constant_names):
-    offload = _ACTIVE.get(None)
-    if offload is None:
-        raise CompileError("internal: Ascend regions reached RunCodegen outside an hetc compile")
+    offload = CONTEXT.current()
     for func in functions:
         generate(func, offload)
     return []  # nothing to link: the runtime provides each region's symbol (module doc)

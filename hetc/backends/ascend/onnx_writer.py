@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ...graph import TensorInfo
+from ...graph import TensorInfo, static_tensor
 from .spec import OPSET, TensorIO
 
 
@@ -30,17 +30,7 @@ class Unsupported(Exception):
     """The Relax call cannot be written for CANN; the message says why."""
 
 
-def tensor_of(ty) -> TensorInfo | None:
-    """A static TensorInfo of a Relax type, or None (not a tensor, or a symbolic shape)."""
-    from tvm import relax
-
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
-        return None
-    try:
-        return TensorInfo(tuple(int(d) for d in ty.shape.values), str(ty.dtype))
-    except TypeError:
-        return None
-
+tensor_of = static_tensor
 
 _ELEM = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "int64": TensorProto.INT64,
          "int32": TensorProto.INT32, "int8": TensorProto.INT8, "uint8": TensorProto.UINT8, "bool": TensorProto.BOOL}

@@ -89,7 +89,7 @@ class AscendOffload(RegionOffload):
     def codegen_scope(self):
         from . import codegen
 
-        return codegen.active(self)
+        return codegen.CONTEXT.active(self)
 
     # -- after the pipeline ---------------------------------------------------------------------
 

@@ -18,8 +18,6 @@ works for the ``FpgaOffload`` of the compile in progress (``active``). Per regio
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import json
 from pathlib import Path
 
@@ -27,29 +25,18 @@ import numpy as np
 import tvm
 import tvm_ffi
 
-from ...errors import CompileError, UsageError
-from ..byoc import node_ids
+from ...errors import UsageError
+from ..byoc import CodegenContext, node_ids
 from . import emit, estimates, precision, toolchain
 from .layers import NumType, Region
 from .region import region_from_function
 
-_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("hetc_fpga_offload")
-
-
-@contextlib.contextmanager
-def active(offload):
-    token = _ACTIVE.set(offload)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
+CONTEXT = CodegenContext("hetc_fpga")
 
 
 @tvm.register_global_func("relax.ext.hetc_fpga")
 def _codegen(functions, _options, _constant_names):
-    offload = _ACTIVE.get(None)
-    if offload is None:
-        raise CompileError("internal: FPGA regions reached RunCodegen outside an hetc compile")
+    offload = CONTEXT.current()
     return [generate(func, offload) for func in functions]
 
 
@@ -71,8 +58,12 @@ def generate(func, offload):
     obj = Path(offload.workdir.name) / f"{symbol}.o"
     source = obj.with_suffix(".cc")
     source.write_text(emit.csim_source(typed, options))
-    toolchain.compile_cpp([source], obj, ["-std=c++17", "-fPIC", "-c", "-I", tvm_ffi.libinfo.find_include_path(),
-                                          "-I", tvm_ffi.libinfo.find_dlpack_include_path()])
+    # Only the TVM-FFI entry is exported, and no symbol is STB_GNU_UNIQUE: the kernels' static
+    # buffers (templates' static locals) would otherwise be one object process-wide, shared by
+    # every artifact loaded with the same namespace and config names, sized by the first one.
+    flags = ["-std=c++17", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-fno-gnu-unique", "-c",
+             "-I", tvm_ffi.libinfo.find_include_path(), "-I", tvm_ffi.libinfo.find_dlpack_include_path()]
+    toolchain.compile_cpp([source], obj, flags)
     offload.regions.append(FpgaRegion(symbol, node_ids(func), region=typed, files=files, estimate=estimate,
                                       errors=errors, precision=how))
     return tvm.runtime.load_static_library(str(obj), [emit.top_name(typed)])
@@ -126,8 +117,9 @@ def _from_json(region: Region, path: str) -> Region:
 
 def _testbench(region: Region, samples) -> dict[str, str]:
     """Testbench data: the calibration samples (up to 4) or seeded normal inputs, and the
-    outputs the bit-exact emulation computes for them (tolerance 0 for fixed point, 1e-4
-    relative for float, whose sums the C++ orders differently)."""
+    outputs the bit-exact emulation computes for them (tolerance 0 for fixed point; for float,
+    whose sums the C++ orders differently, 1e-4 relative plus 1e-5 x max |expected| absolute, so
+    values that cancel to near zero are not held to a relative bound)."""
     from . import emulate
 
     if samples is None:
@@ -137,4 +129,7 @@ def _testbench(region: Region, samples) -> dict[str, str]:
     fixed = not all(layer.result.is_float for layer in region.layers)
     values = emulate.run(region, samples, fixed=fixed)
     expected = [values[name].astype(np.float32) for name in region.outputs]
-    return emit.testbench_data(region, samples, expected, atol=0.0, rtol=0.0 if fixed else 1e-4)
+    if fixed:
+        return emit.testbench_data(region, samples, expected, atol=0.0, rtol=0.0)
+    scale = max((float(np.max(np.abs(e))) for e in expected if e.size), default=0.0)
+    return emit.testbench_data(region, samples, expected, atol=1e-5 * scale, rtol=1e-4)

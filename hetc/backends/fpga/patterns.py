@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from ...graph import OpNode, TensorInfo
+from ...graph import OpNode, TensorInfo, static_tensor
 
 CODEGEN = "hetc_fpga"
 
@@ -122,17 +122,7 @@ _ATTR_NAMES = ("strides", "padding", "dilation", "groups", "data_layout", "kerne
                "keepdims", "alpha", "epsilon", "center", "scale")
 
 
-def tensor_info(ty) -> TensorInfo | None:
-    """A static TensorInfo of a Relax type, or None (not a tensor, or a symbolic/unknown shape)."""
-    from tvm import relax
-
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
-        return None
-    try:
-        return TensorInfo(tuple(int(d) for d in ty.shape.values), str(ty.dtype))
-    except TypeError:
-        return None
-
+tensor_info = static_tensor  # the name the FPGA modules use
 
 def view_of_call(call) -> OpView:
     """The OpView of a Relax call to an operator (tensor arguments only: a reshape's target

@@ -84,7 +84,7 @@ class FpgaOffload(RegionOffload):
     def codegen_scope(self):
         from . import codegen
 
-        return codegen.active(self)
+        return codegen.CONTEXT.active(self)
 
     # -- calibration ----------------------------------------------------------------------------
 
