@@ -2,11 +2,15 @@
 model ops each region holds, and the ``Offload`` skeleton their pipelines build on.
 
 An external target's ``Backend.offload`` returns a ``RegionOffload`` subclass for one compile
-(see ``hetc/backends/fpga/pipeline.py`` and ``hetc/backends/ascend/pipeline.py``). Its stages
-run inside the host's pipeline: ``partition`` cuts the module into ``"Codegen": <codegen>``
-functions (``FuseOpsByPattern`` -> ``MergeCompositeFunctions``), ``name_regions`` gives them
-stable symbols in call order, and ``RunCodegen`` hands them to ``relax.ext.<codegen>``. After
-the pipeline, ``records`` (manifest ``offloads``), ``report`` and ``write`` describe them.
+(see ``hetc/backends/fpga/pipeline.py`` and ``hetc/backends/ascend/pipeline.py``). Its two
+stages run inside the host's pipeline (``with_offloads`` puts them before or after the layout
+passes, by the offload's ``layout``): ``<target>_partition`` calls ``cut`` (``FuseOpsByPattern``
+-> ``MergeCompositeFunctions``: ``"Codegen": <codegen>`` functions called from ``main``), with
+the regions of targets before it sealed (``sealed``) and limited to the ops a placement gave
+the target (``placed_here``); ``<target>_codegen`` calls ``name_regions`` (stable symbols in
+call order) and ``RunCodegen``, which hands them to ``relax.ext.<codegen>`` (working for the
+compile set in its ``CodegenContext``). After the pipeline, ``records`` (manifest
+``offloads``), ``report`` and ``write`` describe them.
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ def with_offloads(stages: list, offloads) -> list:
     names = [s.name for s in stages]
     legalize = names.index("legalize")
     layout = names.index("convert_layout") if "convert_layout" in names else legalize
-    model = [s for o in offloads if getattr(o, "layout", None) == "model" for s in o.stages()]
-    host = [s for o in offloads if getattr(o, "layout", None) != "model" for s in o.stages()]
+    model = [s for o in offloads if o.layout == "model" for s in o.stages()]
+    host = [s for o in offloads if o.layout != "model" for s in o.stages()]
     return stages[:layout] + model + stages[layout:legalize] + host + stages[legalize:]
 
 
@@ -258,6 +262,7 @@ class RegionOffload:
     ``report``, ``write``). ``partition_with`` records which ops the regions took."""
 
     target = ""
+    layout = "host"  # "model": partition before the host's layout passes (see with_offloads)
 
     def __init__(self, graph: OpGraph) -> None:
         self.graph = graph
