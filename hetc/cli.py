@@ -301,6 +301,15 @@ def plan_cmd(model: Path, target: str, input_shapes, pins, device_specs, objecti
     crossing = [e for e in data["edges"] if e["seconds"] > 0]
     table.add_row("transfers", "", str(len(crossing)), f"{data['transfer_seconds'] * 1e3:.3f}")
     console.print(table)
+    if crossing:
+        device = {n["name"]: n["device"] for n in data["nodes"]}
+        moves = Table(title=f"transfers ({min(len(crossing), 10)} longest of {len(crossing)})", title_justify="left")
+        for col in ("from", "to", "bytes", "us"):
+            moves.add_column(col, justify="right" if col in ("bytes", "us") else "left")
+        for e in sorted(crossing, key=lambda e: -e["seconds"])[:10]:
+            moves.add_row(f"{e['from']} ({device[e['from']]})", f"{e['to']} ({device[e['to']]})", f"{e['bytes']:,}",
+                          f"{e['seconds'] * 1e6:.1f}")
+        console.print(moves)
     console.print(f"{data['transfer_bytes']:,} bytes cross devices per run; times are cost-model "
                   "predictions (roofline / backend estimates), not measurements")
     for path, text in ((output, json.dumps(data, indent=2) + "\n"), (html_path, view.html(data) if html_path else ""),
