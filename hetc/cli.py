@@ -124,6 +124,15 @@ def _pins(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def _mount_parallel() -> None:
+    from .parallel.cli import parallel
+
+    cli.add_command(parallel)
+
+
+_mount_parallel()
+
+
 @cli.command("compile")
 @click.argument("model", type=click.Path(path_type=Path))
 @target_option
@@ -147,10 +156,15 @@ def _pins(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--calibration", type=click.Path(path_type=Path), default=None, metavar="DATA.npz",
               help="Model inputs (samples along axis 0) whose value ranges choose the FPGA's fixed-point types.")
 @placement_options
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Tensor parallel: shard the linear layers over N ranks (one process each; docs/parallel.md).")
+@click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Pipeline parallel: cut the model into N stages (one process each).")
 @click.option("-v", "--verbose", is_flag=True, help="Print the pass pipeline table.")
 def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_inputs, layout, threads: int,
                 database: Path | None, arch: str | None, placement: Path | None, precision: str | None,
-                calibration: Path | None, pins, device_specs, objective: str, verbose: bool) -> None:
+                calibration: Path | None, pins, device_specs, objective: str, tp: int, pp: int,
+                verbose: bool) -> None:
     """Compile MODEL (ONNX) into an artifact directory."""
     from . import api
     from .options import parse_arch
@@ -169,8 +183,11 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                            constant_inputs=constants, database=database, arch=parse_arch(arch),
                            placement=str(placement) if str(placement) in POLICIES else placement,
                            precision=precision, calibration=calibration, pins=_pins(pins),
-                           devices=parse_device_specs(device_specs), objective=objective)
+                           devices=parse_device_specs(device_specs), objective=objective, tp=tp, pp=pp)
     out = compiled.save(output)
+    if compiled.manifest.parallel:
+        _print_parallel(compiled.manifest, out, time.perf_counter() - start)
+        return
     if verbose:
         console.print(_stage_table(compiled.report))
     graph = compiled.report["graph"]
@@ -187,6 +204,17 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
         placed = compiled.report["placement"]
         console.print(f"placed on {','.join(placed['devices'])}: {placed['transfers']} transfer(s), "
                       f"{placed['transfer_bytes']:,} bytes per run (plan.json lists them)")
+
+
+def _print_parallel(manifest, out: Path, seconds: float) -> None:
+    par = manifest.parallel
+    per_rank = "; ".join(
+        f"rank {k}: " + (", ".join(f"{n} {c}" for c, n in sorted(r["collectives"].items())) or "no collectives")
+        if par["kind"] == "tensor" else f"rank {k}: stage {k}, receives {len(r['receive'])}, "
+        f"sends {len(r['send'])} tensor(s)" for k, r in enumerate(par["ranks"]))
+    console.print(f"compiled {manifest.model} {par['kind']}-parallel over {len(par['ranks'])} ranks "
+                  f"({seconds:.1f} s) -> {out}\n{per_rank}\nrun: hetc run {out} --ranks {len(par['ranks'])} "
+                  "--inputs ...")
 
 
 def _print_offloads(manifest) -> None:
@@ -223,8 +251,10 @@ def _reference_outputs(model: Path, inputs: dict[str, np.ndarray], names: list[s
 @click.option("--ascend-mode", type=click.Choice(["auto", "device", "emulation"]), default=None,
               help="How Ascend regions run: on the NPU through their host library (device), with "
                    "onnxruntime on the CPU (emulation), or device when possible (auto, the default).")
+@click.option("--ranks", type=click.IntRange(min=1), default=None,
+              help="Processes for a --tp/--pp artifact (must equal its rank count; default: that count).")
 def run_cmd(artifact: Path, inputs_path: Path, outputs_path: Path | None, reference: Path | None,
-            tolerance: float, ascend_mode: str | None) -> None:
+            tolerance: float, ascend_mode: str | None, ranks: int | None) -> None:
     """Run a compiled ARTIFACT on inputs from an .npz file."""
     from . import api
 
@@ -233,13 +263,18 @@ def run_cmd(artifact: Path, inputs_path: Path, outputs_path: Path | None, refere
 
     inputs = _load_npz(inputs_path)
     model = api.load(artifact)
+    have = len(model.manifest.parallel.get("ranks", [])) or 1
+    if ranks is not None and ranks != have:
+        raise UsageError(f"--ranks {ranks}: {artifact} was compiled for {have} rank(s)"
+                         + ("" if have > 1 else " (compile with --tp N or --pp N for more)"))
     start = time.perf_counter()
     outputs = model.run(inputs)
     elapsed = time.perf_counter() - start
     if outputs_path:
         _save_npz(outputs_path, outputs)
-    table = Table(title=f"{model.manifest.model} on {','.join(model.manifest.targets)} "
-                        f"({elapsed * 1e3:.1f} ms)", title_justify="left")
+    where = ",".join(model.manifest.targets) + (
+        f", {model.manifest.parallel['kind']}-parallel in {have} processes" if model.manifest.parallel else "")
+    table = Table(title=f"{model.manifest.model} on {where} ({elapsed * 1e3:.1f} ms)", title_justify="left")
     for col in ("output", "shape", "dtype"):
         table.add_column(col)
     refs = _reference_outputs(reference, inputs, model.output_names) if reference else {}

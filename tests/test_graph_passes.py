@@ -139,3 +139,26 @@ def test_default_schedules_leave_small_elementwise_kernels_serial():
     funcs = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     assert funcs and not any(_has_parallel_loop(f) for f in funcs)
     assert all(f.attrs["hetc.schedule_rule"] == "generic" for f in funcs)
+
+
+def test_half_precision_contractions_accumulate_in_float32():
+    """A 2048-term float16 dot product accumulated in float16 is off by many ulps; hetc's CPU
+    kernels accumulate in float32 and round once, so they match the float32 result rounded."""
+    import hetc
+
+    dtype = np.float16
+    rng = np.random.default_rng(0)
+    w = rng.uniform(0, 1, size=(2048, 8)).astype(dtype)
+    k = rng.uniform(0, 1, size=(4, 256, 3, 3)).astype(dtype)
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["m"]),
+             helper.make_node("Conv", ["img", "k"], ["c"], kernel_shape=[3, 3])]
+    model = make(nodes, [tensor("a", (2, 2048), dtype), tensor("img", (1, 256, 5, 5), dtype)],
+                 [tensor("m", (2, 8), dtype), tensor("c", (1, 4, 3, 3), dtype)], {"w": w, "k": k})
+    a, img = rng.uniform(0, 1, size=(2, 2048)).astype(dtype), rng.uniform(0, 1, size=(1, 256, 5, 5)).astype(dtype)
+    out = hetc.compile(model, target="cpu").run({"a": a, "img": img})
+    img32 = np.lib.stride_tricks.sliding_window_view(img.astype(np.float32), (3, 3), axis=(2, 3))
+    expected = {"m": (a.astype(np.float32) @ w.astype(np.float32)).astype(dtype),
+                "c": np.einsum("nchwij,ocij->nohw", img32, k.astype(np.float32)).astype(dtype)}
+    for name, got in out.items():
+        ulps = np.abs(got.astype(np.float32) - expected[name].astype(np.float32)) / np.spacing(expected[name])
+        assert got.dtype == dtype and ulps.max() <= 1, f"{name}: {ulps.max()} ulps"

@@ -3,9 +3,12 @@
 A spec names the hetc target that drives the device, its code architecture (``arch``, e.g.
 ``sm_90`` for CUDA), peak FLOP/s per dtype, memory size and bandwidth, the fixed cost of
 launching one kernel, and its links: to the host (``host_link``) and to a peer of the same
-model (``peer_link``, e.g. NVLink); two devices of different models talk through the host.
+model (``peer_link``, e.g. NVLink) and, for a device that comes in multi-node systems, to a
+device of the same model in another node (``node_link``: the network bandwidth per device, e.g.
+one InfiniBand NIC per GPU in a DGX); two devices of different models talk through the host.
 Backends read ``arch`` (``hetc compile --arch nvidia-a100``) and ``params`` (backend-specific
-numbers, e.g. an FPGA's DSP count and clock); the placement cost model reads the rest.
+numbers, e.g. an FPGA's DSP count and clock); the placement cost model and the parallel
+planner (``hetc/parallel``) read the rest.
 ``source`` says where the numbers come from: a datasheet, or a measurement on a named machine
 (``measure.py``); datasheet numbers are never presented as measurements.
 
@@ -39,6 +42,7 @@ class DeviceSpec:
     memory_bandwidth: float = 0.0  # bytes/s
     host_link: dict = field(default_factory=dict)  # name, bandwidth (bytes/s), latency (s)
     peer_link: dict = field(default_factory=dict)  # to another device of this model: name, bandwidth, latency
+    node_link: dict = field(default_factory=dict)  # to this model in another node: name, bandwidth, latency
     launch_overhead: float = 0.0  # seconds per kernel launch / offloaded call
     params: dict = field(default_factory=dict)  # backend-specific numbers (FPGA: dsp, clock_ns, ...)
 

@@ -80,11 +80,16 @@ class Manifest:
     schema_version: int = SCHEMA_VERSION
     files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
     offloads: list[Offload] = field(default_factory=list)  # written only when there are any
+    # tensor/pipeline parallel artifacts (hetc.parallel): kind, ranks and what each rank runs,
+    # sends and receives; written only when there is one (docs/parallel.md)
+    parallel: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         data = asdict(self)
         if not self.offloads:
             del data["offloads"]
+        if not self.parallel:
+            del data["parallel"]
         # "devices" is written only for split parts: one-device manifests read as before.
         data["parts"] = [{k: v for k, v in part.items() if k != "devices" or v} for part in data["parts"]]
         data["inputs"] = [s.to_json() for s in self.inputs]
@@ -105,6 +110,7 @@ class Manifest:
             schema_version=int(data["schema_version"]),
             files={str(k): str(v) for k, v in data["files"].items()},
             offloads=[Offload(**o) for o in data.get("offloads", [])],
+            parallel=dict(data.get("parallel", {})),
         )
 
 

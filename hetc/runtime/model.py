@@ -86,7 +86,12 @@ def load(directory: str | Path) -> CompiledModel:
             record.execution = serve(root, record)
             record.emulated = record.execution != "device"
     runners = []
-    for part in manifest.parts:
+    if manifest.parallel:  # one process per rank (hetc.parallel)
+        from ..parallel.runtime import ParallelRunner
+
+        runners.append(ParallelRunner(root, manifest.parallel, manifest.outputs,
+                                      manifest.parts[0].threads if manifest.parts else 0))
+    for part in manifest.parts if not manifest.parallel else ():
         target = get_target(part.target)
         try:
             if part.devices:  # split by a placement: one VM over all its devices, driven by the host target

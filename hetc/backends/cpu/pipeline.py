@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from tvm import relax, topi
 
 from ...options import CompileOptions
-from ...passes.phases import fusion_passes, inference_passes, layout_passes, legalize_passes, simplify_passes
+from ...passes.phases import (fusion_passes, inference_passes, layout_passes, legalize_passes, precision_passes,
+                              simplify_passes)
 from ...passes.pipeline import Stage
 from ..byoc import with_offloads
 from .codegen import llvm_target
@@ -68,6 +69,7 @@ def pre_schedule_stages(options: CompileOptions, offloads: Sequence = ()) -> lis
         inference_passes()
         + simplify_passes()
         + layout_passes(options.layout or "NHWC")
+        + precision_passes()
         + legalize_passes(FAST_MATH)
         + fusion_passes()
         + [Stage("mark_constant_params", "tell each kernel which of its inputs are constants (packable)",

@@ -1,0 +1,223 @@
+"""Running a tensor- or pipeline-parallel artifact: one process per rank, in a TVM disco session.
+
+The controller starts a disco ``ProcessSession`` whose workers run ``hetc.parallel.worker``
+(worker 0 is a thread of the controller); every worker installs the gloo collectives and the
+two functions below, then the controller calls them on all workers at once:
+
+- ``hetc.parallel.load(root, threads)``: the worker loads its rank's executable(s) from the
+  artifact (``manifest.parallel.ranks[k].library``).
+- ``hetc.parallel.run(*inputs, *outputs)``: one step. Inputs are valid on worker 0 only (the
+  controller copies them there); outputs are written on worker 0, where the controller reads
+  them. Tensor parallel: every rank runs its SPMD program, which broadcasts the inputs and
+  all-reduces the partial sums itself. Pipeline parallel: rank k receives the tensors live at
+  its stage boundary from rank k-1 (rank 0 takes the inputs), runs its stage, and sends the
+  tensors live at the next boundary on; the last stage sends the model outputs to rank 0.
+
+The session is started at the first run and kept for the next ones (``close`` ends it). A
+process holds one torch.distributed group, so one session at a time: starting another
+closes the previous one (it restarts at its next run).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ArtifactError, DeviceError, HetcError, last_line
+
+_programs: dict = {}  # this process's loaded rank programs, by rank
+_active: list = []  # the ParallelRunner whose session is up: worker 0's process group is this process's
+
+
+def disco():
+    """``tvm.runtime.disco``, working around its load-order bug (docs/dev/tvm.md)."""
+    import tvm.runtime
+
+    if getattr(tvm.runtime, "disco", None) is None:
+        sys.modules.pop("tvm.runtime.disco._ffi_api", None)
+        return importlib.import_module("tvm.runtime.disco")
+    return tvm.runtime.disco
+
+
+def _rank() -> int:
+    from tvm_ffi import get_global_func
+
+    return int(get_global_func("runtime.disco.worker_id")()[0])
+
+
+class _Program:
+    """One rank's executable(s) and its part of the step protocol."""
+
+    def __init__(self, root: Path, record: dict, kind: str, ranks: int, threads: int) -> None:
+        import tvm
+        from tvm import relax
+
+        if threads:
+            tvm.get_global_func("runtime.config_threadpool")(1, threads)
+        self.record, self.kind, self.ranks = record, kind, ranks
+        self.vm = relax.VirtualMachine(tvm.runtime.load_module(str(root / record["library"])), tvm.cpu())
+
+    def run(self, args: Sequence) -> None:
+        import tvm
+
+        from .worker import dist
+
+        n_in = len(self.record["model_inputs"])
+        inputs, outputs = list(args[:n_in]), list(args[n_in:])
+        rank = _rank()
+        if self.kind == "tensor":
+            result = _flatten(self.vm["main"](*inputs))
+            if rank == 0:
+                for dst, value in zip(outputs, result, strict=True):
+                    dst.copyfrom(value)
+            return
+        d = dist()
+        live = dict(zip(self.record["model_inputs"], inputs)) if rank == 0 else {}
+        if rank > 0:
+            live.update(_recv(d, self.record["receive"], rank - 1))
+        stage_in = [live[name] if isinstance(live[name], tvm.runtime.Tensor) else tvm.runtime.tensor(live[name])
+                    for name in self.record["inputs"]]
+        live.update(zip(self.record["outputs"], _flatten(self.vm["main"](*stage_in))))
+        last = rank == self.ranks - 1
+        _send(d, [live[spec["name"]] for spec in self.record["send"]], 0 if last else rank + 1)
+        if rank == 0:
+            received = live if last else _recv(d, self.record["results"], self.ranks - 1)
+            for dst, spec in zip(outputs, self.record["results"], strict=True):
+                value = received[spec["name"]]
+                dst.copyfrom(value if isinstance(value, np.ndarray) else value.numpy())
+
+
+def _flatten(value) -> list:
+    import tvm
+
+    if isinstance(value, tvm.runtime.Tensor):
+        return [value]
+    return [t for item in value for t in _flatten(item)]
+
+
+def _send(d, values: Sequence, peer: int) -> None:
+    import torch
+
+    for value in values:
+        array = value if isinstance(value, np.ndarray) else value.numpy()
+        d.send(torch.from_numpy(np.ascontiguousarray(array)), dst=peer)
+
+
+def _recv(d, specs: Sequence[dict], peer: int) -> dict:
+    import torch
+
+    out = {}
+    for spec in specs:
+        buf = torch.from_numpy(np.empty(spec["shape"], spec["dtype"]))
+        d.recv(buf, src=peer)
+        out[spec["name"]] = buf.numpy()
+    return out
+
+
+def _load(root: str, threads: int) -> int:
+    import json
+
+    parallel = json.loads((Path(root) / "manifest.json").read_text())["parallel"]
+    rank = _rank()
+    _programs[rank] = _Program(Path(root), parallel["ranks"][rank], parallel["kind"], len(parallel["ranks"]),
+                               threads)
+    return rank
+
+
+def _run(*args) -> None:
+    _programs[_rank()].run(args)
+
+
+def install() -> None:
+    """Register ``hetc.parallel.load``/``run`` as TVM global functions in this process."""
+    from tvm_ffi import register_global_func
+
+    register_global_func("hetc.parallel.load", _load, override=True)
+    register_global_func("hetc.parallel.run", _run, override=True)
+
+
+class ParallelRunner:
+    """Runs an artifact's rank programs as ``ranks`` processes; called like a ``VMRunner``."""
+
+    def __init__(self, root: Path, parallel: dict, outputs: Sequence, threads: int = 0) -> None:
+        self.root, self.parallel, self.outputs = Path(root), parallel, list(outputs)
+        self.ranks = len(parallel["ranks"])
+        # each rank gets its share of the cores unless told otherwise
+        self.threads = threads or max(1, (os.cpu_count() or 1) // self.ranks)
+        self.session = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> None:
+        from . import worker
+
+        try:
+            import torch.distributed  # noqa: F401
+        except ImportError:
+            raise DeviceError("running a --tp/--pp artifact needs torch for its collectives (gloo): "
+                              "pip install 'hetc[torch]'") from None
+        for other in _active:
+            other.close()
+        disco_module = disco()
+        rendezvous = Path(tempfile.mkdtemp(prefix="hetc-dist-")) / "init"
+        os.environ["HETC_DIST_INIT"] = rendezvous.as_uri()
+        os.environ["HETC_DIST_WORLD"] = str(self.ranks)
+        worker.install()  # worker 0 runs in this process
+        install()
+        try:
+            self.session = disco_module.ProcessSession(num_workers=self.ranks, entrypoint="hetc.parallel.worker")
+            self.session.get_global_func("hetc.parallel.load")(str(self.root), self.threads)
+            self.session._sync_all()
+            _active.append(self)
+        except Exception as err:
+            self.close()
+            raise ArtifactError(f"{self.root}: cannot start {self.ranks} ranks: {last_line(err)}") from err
+
+    def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        import tvm
+
+        with self._lock:
+            if self.session is None:
+                self._start()
+            sess = self.session
+            try:
+                inputs = []
+                for array in args:
+                    array = np.ascontiguousarray(array)
+                    ref = sess.empty(array.shape, str(array.dtype))
+                    sess.copy_to_worker_0(tvm.runtime.tensor(array), ref)
+                    inputs.append(ref)
+                outputs = [sess.empty(tuple(s.shape), s.dtype) for s in self.outputs]
+                sess.get_global_func("hetc.parallel.run")(*inputs, *outputs)
+                hosts = [tvm.runtime.empty(tuple(s.shape), s.dtype) for s in self.outputs]
+                for host, ref in zip(hosts, outputs, strict=True):
+                    sess.copy_from_worker_0(host, ref)
+                sess._sync_all()  # the copies are queued: wait for them before reading
+                return [host.numpy() for host in hosts]
+            except HetcError:
+                raise
+            except Exception as err:
+                self.close()
+                raise ArtifactError(f"parallel run failed: {last_line(err)}") from err
+
+    def close(self) -> None:
+        """End the session: the worker processes exit, this process leaves the group."""
+        if self.session is not None:
+            # dropping the last reference shuts the workers down (an explicit shutdown() would be
+            # repeated by the destructor, on a closed pipe, which aborts the process)
+            self.session = None
+            gc.collect()
+        if self in _active:
+            _active.remove(self)
+        _programs.clear()
+        import torch.distributed as td
+
+        if td.is_initialized():
+            td.destroy_process_group()

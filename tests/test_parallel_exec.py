@@ -1,0 +1,128 @@
+"""Tensor- and pipeline-parallel compilation and execution: a BERT-style encoder as 2 processes.
+
+Each rank is a disco worker process; collectives (TP) and stage transfers (PP) go through
+torch.distributed's gloo backend, so these tests need torch (skipped without it).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+import hetc
+from hetc.errors import UsageError
+from tests.conftest import assert_close, ort_run, run_cli, save
+
+pytest.importorskip("torch")
+psutil = pytest.importorskip("psutil")
+
+import models as example_models
+
+LAYERS = 2
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    """A 2-layer BERT encoder (hidden 64, 4 heads, FFN 128, sequence 32) and its inputs."""
+    out = tmp_path_factory.mktemp("encoder")
+    model = example_models.bert(LAYERS, 64, 4, 128, seq=32)
+    path = save(model, out / "encoder.onnx")
+    inputs = example_models.sample_inputs(model)
+    inputs["attention_mask"][:, -5:] = 0  # padding, so the mask matters
+    np.savez(out / "inputs.npz", **inputs)
+    return path, inputs, ort_run(path, inputs)
+
+
+def _workers() -> list:
+    """This process's disco worker processes (worker 0 is a thread of this process)."""
+    return [p for p in psutil.Process().children(recursive=True) if "hetc.parallel.worker" in " ".join(p.cmdline())]
+
+
+@pytest.mark.parametrize("degree", ["tp", "pp"])
+def test_two_processes_match_onnxruntime(encoder, degree, tmp_path):
+    path, inputs, reference = encoder
+    compiled = hetc.compile(path, "cpu", **{degree: 2})
+    outputs = compiled.run(inputs)
+    assert len(_workers()) == 1  # rank 1 is a process of its own; rank 0 runs in this one
+    for got, ref in zip(outputs.values(), reference, strict=True):
+        assert_close(got, ref)
+    # a second step reuses the session
+    again = compiled.run(inputs)
+    for got, ref in zip(again.values(), reference, strict=True):
+        assert_close(got, ref)
+
+    parallel = compiled.manifest.parallel
+    assert parallel["kind"] == {"tp": "tensor", "pp": "pipeline"}[degree]
+    assert len(parallel["ranks"]) == 2
+    if degree == "tp":
+        # Megatron: one all-reduce after attention and one after the MLP, per layer; the
+        # inputs are broadcast from rank 0; nothing else communicates
+        for rank in parallel["ranks"]:
+            assert rank["collectives"] == {"allreduce": 2 * LAYERS, "broadcast_from_worker0": 2}
+    else:
+        first, second = parallel["ranks"]
+        assert [s["name"] for s in first["send"]] == [s["name"] for s in second["receive"]]
+        assert [s["name"] for s in second["send"]] == ["last_hidden_state", "pooler_output"]
+        flops = parallel["stage_flops"]
+        assert max(flops) / min(flops) < 1.5  # balanced by the DP
+
+
+def test_cli_compile_and_run_tp(encoder, tmp_path):
+    path, _, _ = encoder
+    out = tmp_path / "tp"
+    result = run_cli("compile", path, "--tp", "2", "-o", out)
+    assert result.code == 0, result.stderr
+    assert "tensor-parallel over 2 ranks" in result.stdout and "4 allreduce" in result.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [p["library"] for p in manifest["parts"]] == ["cpu/rank0.so", "cpu/rank1.so"]
+    inputs = path.parent / "inputs.npz"
+    result = run_cli("run", out, "--ranks", "2", "--inputs", inputs, "--reference", path)
+    assert result.code == 0, result.stderr + result.stdout
+    assert "tensor-parallel in 2 processes" in result.stdout
+    result = run_cli("run", out, "--ranks", "3", "--inputs", inputs)
+    assert result.code == 2 and result.stderr.strip() == (
+        f"hetc: error: --ranks 3: {out} was compiled for 2 rank(s)")
+
+
+def test_pipeline_split_is_by_cost(encoder):
+    from hetc.parallel.pipeline import split
+
+    path, _, _ = encoder
+    stages = split(onnx.load(path), 2)
+    total = sum(s.flops for s in stages)
+    assert all(s.flops > 0.3 * total for s in stages)
+    # what stage 0 sends is exactly what stage 1 receives, and stage 1 needs no model input directly
+    assert stages[0].send == stages[1].receive
+    assert "input_ids" not in stages[1].inputs
+
+
+def test_tensor_parallel_plan_pairs(encoder):
+    from hetc.frontends.onnx import load_model, to_relax
+    from hetc.parallel.shard import tensor_parallel_plan
+    from hetc.passes import run_pipeline
+    from hetc.passes.phases import inference_passes, simplify_passes
+
+    path, _, _ = encoder
+    mod, _ = run_pipeline(to_relax(load_model(path, {}, None, {})), inference_passes() + simplify_passes())
+    plan = tensor_parallel_plan(mod["main"], 2)
+    kinds = sorted(plan.placements.values())
+    # per layer: q, k, v, fc1 column-split (weight S[1], bias S[0]); out-proj and fc2 row-split (S[0])
+    assert kinds.count("S[1]") == 4 * LAYERS
+    assert kinds.count("S[0]") == (4 + 2) * LAYERS
+    assert plan.allreduces == 2 * LAYERS  # the pooler's dense stays replicated: nothing follows it
+
+
+def test_bad_parallel_options(examples, encoder):
+    path, _, _ = encoder
+    with pytest.raises(UsageError, match="one of --tp N or --pp N"):
+        hetc.compile(path, "cpu", tp=2, pp=2)
+    with pytest.raises(UsageError, match="no linear layer pair"):
+        hetc.compile(examples / "cnn.onnx", "cpu", tp=2)
+    with pytest.raises(UsageError, match="heads|divid|no linear layer pair"):
+        hetc.compile(path, "cpu", tp=3)  # 64 hidden, 4 heads: 3 divides neither
+    result = run_cli("compile", path, "--tp", "2", "--target", "cuda", "-o", examples / "never")
+    assert result.code == 2 and "--tp/--pp compile for the CPU target" in result.stderr
+    assert not (examples / "never").exists()
