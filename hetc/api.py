@@ -77,6 +77,7 @@ def compile(
     objective: str = "latency",
     tp: int = 1,
     pp: int = 1,
+    micro_batches: int = 1,
 ) -> CompiledModel:
     """Compile an ONNX model (path or ``ModelProto``) for ``target``.
 
@@ -94,7 +95,8 @@ def compile(
     ``calibration`` choose the FPGA's number types (docs/fpga.md): "float" (default), "fixed"
     (ranges from the ``calibration`` .npz of model inputs), a type like "ap_fixed<16,6>", or a
     JSON file of per-layer types. ``tp`` or ``pp`` (N >= 2) compile a tensor- or pipeline-parallel
-    CPU artifact whose run is N processes (docs/parallel.md).
+    CPU artifact whose run is N processes (docs/parallel.md); with ``pp``, ``micro_batches``
+    streams that many slices of the batch through the stages, so the stages overlap.
     """
     targets = parse_targets(target)
     if any(t.kind is TargetKind.EXTERNAL for t in targets) and not any(t.name == "cpu" for t in targets):
@@ -111,15 +113,17 @@ def compile(
     if (pins or devices) and (len(targets) == 1 or not solving):
         raise UsageError("--pin and --device steer the placement solver: use them with several targets "
                          "and no --placement")
-    if tp < 1 or pp < 1:
-        raise UsageError(f"--tp and --pp must be >= 1, got tp={tp}, pp={pp}")
+    if tp < 1 or pp < 1 or micro_batches < 1:
+        raise UsageError(f"--tp, --pp and --micro-batches must be >= 1, got {tp}, {pp}, {micro_batches}")
+    if micro_batches > 1 and pp < 2:
+        raise UsageError("--micro-batches streams a batch through pipeline stages: give --pp N (N >= 2)")
     if tp > 1 or pp > 1:
         if placement is not None or pins or devices or precision is not None:
             raise UsageError("--tp/--pp do not combine with --placement, --pin, --device or --precision")
         from .parallel.compile import compile_parallel
 
         with filtered_stderr():
-            return compile_parallel(model, options, tp, pp, base_dir, constant_inputs)
+            return compile_parallel(model, options, tp, pp, base_dir, constant_inputs, micro_batches)
     with filtered_stderr():
         if len(targets) == 1 and placement is None:
             return _compile(model, targets[0], targets, options, base_dir, constant_inputs)

@@ -160,11 +160,13 @@ _mount_parallel()
               help="Tensor parallel: shard the linear layers over N ranks (one process each; docs/parallel.md).")
 @click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True,
               help="Pipeline parallel: cut the model into N stages (one process each).")
+@click.option("--micro-batches", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --pp: stream the batch through the stages in M slices, so the stages overlap.")
 @click.option("-v", "--verbose", is_flag=True, help="Print the pass pipeline table.")
 def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_inputs, layout, threads: int,
                 database: Path | None, arch: str | None, placement: Path | None, precision: str | None,
                 calibration: Path | None, pins, device_specs, objective: str, tp: int, pp: int,
-                verbose: bool) -> None:
+                micro_batches: int, verbose: bool) -> None:
     """Compile MODEL (ONNX) into an artifact directory."""
     from . import api
     from .options import parse_arch
@@ -183,7 +185,8 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                            constant_inputs=constants, database=database, arch=parse_arch(arch),
                            placement=str(placement) if str(placement) in POLICIES else placement,
                            precision=precision, calibration=calibration, pins=_pins(pins),
-                           devices=parse_device_specs(device_specs), objective=objective, tp=tp, pp=pp)
+                           devices=parse_device_specs(device_specs), objective=objective, tp=tp, pp=pp,
+                           micro_batches=micro_batches)
     out = compiled.save(output)
     if compiled.manifest.parallel:
         _print_parallel(compiled.manifest, out, time.perf_counter() - start)
@@ -212,7 +215,8 @@ def _print_parallel(manifest, out: Path, seconds: float) -> None:
         f"rank {k}: " + (", ".join(f"{n} {c}" for c, n in sorted(r["collectives"].items())) or "no collectives")
         if par["kind"] == "tensor" else f"rank {k}: stage {k}, receives {len(r['receive'])}, "
         f"sends {len(r['send'])} tensor(s)" for k, r in enumerate(par["ranks"]))
-    console.print(f"compiled {manifest.model} {par['kind']}-parallel over {len(par['ranks'])} ranks "
+    micro = f", {par['micro_batches']} micro-batches" if par.get("micro_batches", 1) > 1 else ""
+    console.print(f"compiled {manifest.model} {par['kind']}-parallel over {len(par['ranks'])} ranks{micro} "
                   f"({seconds:.1f} s) -> {out}\n{per_rank}\nrun: hetc run {out} --ranks {len(par['ranks'])} "
                   "--inputs ...")
 

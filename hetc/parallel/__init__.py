@@ -14,7 +14,7 @@ Planning (analytical, no TVM; ``hetc parallel plan``):
 Sharded compilation and execution (TVM; ``hetc compile --tp/--pp``): ``compile`` (one
 executable per rank and the manifest), ``shard`` (tensor parallelism through
 ``relax.distributed``), ``pipeline`` (stage models), ``runtime`` (a disco session, one process
-per rank) and ``worker`` (CPU collectives for disco).
+per rank), ``worker`` (CPU collectives for disco) and ``fuse`` (adjacent collectives as one).
 
 Nothing is imported here: ``import hetc.parallel`` stays light.
 """

@@ -2,10 +2,12 @@
 how the ranks work together (``manifest.parallel``, docs/parallel.md).
 
 - Tensor parallel (``shard.py``): the graph passes, then the Megatron sharding through
-  ``relax.distributed``, then each rank's program (its weight shards as constants) through
-  the rest of the CPU pipeline: fusion, tuned or default schedules, weight packing.
-- Pipeline parallel (``pipeline.py``): the ONNX graph cut into stage models, each compiled by
-  the normal CPU pipeline; the runtime sends the live tensors between the stages.
+  ``relax.distributed``, then each rank's program (its weight shards as constants), with
+  adjacent collectives fused (``fuse.py``), through the rest of the CPU pipeline: fusion,
+  tuned or default schedules, weight packing.
+- Pipeline parallel (``pipeline.py``): the ONNX graph, rewritten for the micro-batch size,
+  cut into stage models, each compiled by the normal CPU pipeline; the runtime streams the
+  micro-batches through the stages, sending the live tensors between them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..runtime.artifact import Manifest, Part
 from ..runtime.model import CompiledModel
 from ..targets import get_target
 from . import pipeline, shard
+from .fuse import fuse_collectives
 
 
 def _after_sharding(options: CompileOptions) -> list[Stage]:
@@ -40,7 +43,7 @@ def _after_sharding(options: CompileOptions) -> list[Stage]:
 
 
 def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, base_dir=None,
-                     constant_inputs=None) -> CompiledModel:
+                     constant_inputs=None, micro_batches: int = 1) -> CompiledModel:
     """A ``CompiledModel`` whose run starts ``tp`` or ``pp`` rank processes (``runtime.py``)."""
     if options.targets != ("cpu",):
         raise UsageError("--tp/--pp compile for the CPU target here (one process per rank); "
@@ -56,7 +59,7 @@ def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, b
         spmd, values, plan = shard.shard_module(mod, tp, FAST_MATH)
         summary = {"kind": "tensor", **plan.describe()}
         for rank in range(tp):
-            local = shard.rank_module(spmd, values, rank, tp)
+            local = fuse_collectives(shard.rank_module(spmd, values, rank, tp))
             counts = shard.collectives(local)
             local, _ = run_pipeline(local, _after_sharding(options))
             programs.append(cpu.backend.build(local, options))
@@ -64,15 +67,18 @@ def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, b
                           "collectives": counts})
     else:
         spec = get_spec("dev-cpu")
-        stages = pipeline.split(loaded.proto, pp, spec.peak_flops["float32"] / spec.memory_bandwidth)
-        summary = {"kind": "pipeline", "pp": pp, "stage_flops": [s.flops for s in stages]}
+        stages = pipeline.split(loaded.proto, pp, spec.peak_flops["float32"] / spec.memory_bandwidth,
+                                micro_batches)
+        summary = {"kind": "pipeline", "pp": pp, "micro_batches": micro_batches,
+                   "stage_flops": [s.flops for s in stages], "stage_weight_bytes": [s.weight_bytes for s in stages]}
         for rank, stage in enumerate(stages):
             sub = load_model(stage.model, {}, base_dir, None)
             mod, _ = run_pipeline(to_relax(sub), cpu.backend.stages(options))
             programs.append(cpu.backend.build(mod, options))
             ranks.append({"library": f"cpu/rank{rank}.so", "model_inputs": [s.name for s in loaded.inputs],
                           "inputs": stage.inputs, "outputs": stage.outputs, "receive": stage.receive,
-                          "send": stage.send, "results": stages[-1].send, "collectives": {}})
+                          "send": stage.send, "results": stages[-1].send, "micro_batches": micro_batches,
+                          "collectives": {}})
     parallel = {**summary, "ranks": ranks, "communication": "torch.distributed (gloo) in a TVM disco session"}
     manifest = Manifest(
         model=Path(loaded.name).name, targets=["cpu"], inputs=loaded.inputs, outputs=loaded.outputs,

@@ -3,10 +3,15 @@
 The graph's nodes (ONNX lists them in topological order) are cut into ``pp`` contiguous
 stages. A cut after node i carries the tensors *live* there: produced by a node up to i (or a
 model input), needed by a later node or a model output; weights are not live, each stage has
-its own. Stages are chosen by dynamic programming to minimise the largest stage's FLOPs plus
-the time to send what crosses its cut (``link_bytes_per_flop`` converts bytes to FLOP-time),
-and each becomes its own ONNX model (``onnx.utils.Extractor``), compiled like any model. The
+its own. The cut is the planner's stage DP (``stages.partition``, the same one ``hetc parallel
+plan`` uses): each node's time is its FLOPs, each cut's the bytes live there converted to
+FLOP-time (``link_bytes_per_flop``), and the slowest stage is made as fast as it can be. Each
+stage becomes its own ONNX model (``onnx.utils.Extractor``), compiled like any model. The
 runtime sends the live tensors from stage to stage (``runtime.py``).
+
+Micro-batches (``micro_batches = m``): the model is first rewritten for a batch of B/m
+(``rebatch``), so a step streams m micro-batches through the stages and stage k works on
+micro-batch j while stage k + 1 works on j - 1.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import shape_inference
+from onnx import numpy_helper, shape_inference
 from onnx.utils import Extractor
 
 from ..errors import UsageError
+from .stages import Infeasible, StageProblem, partition
 
 
 @dataclass
@@ -29,6 +35,7 @@ class Stage:
     receive: list[dict]  # live tensors arriving from the previous stage: name, shape, dtype
     send: list[dict]  # live tensors it passes on (the last stage: the model outputs)
     flops: int
+    weight_bytes: int
 
 
 def _shapes(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -54,19 +61,82 @@ def _flops(node: onnx.NodeProto, shapes: dict) -> int:
     return size
 
 
-def split(model: onnx.ModelProto, pp: int, link_bytes_per_flop: float = 0.0) -> list[Stage]:
-    """``model`` cut into ``pp`` stage models (see the module docstring)."""
+def _nbytes(spec: tuple[tuple[int, ...], str]) -> int:
+    return int(np.prod(spec[0])) * np.dtype(spec[1]).itemsize
+
+
+def _weights(graph: onnx.GraphProto) -> set[str]:
+    return {i.name for i in graph.initializer} | {n.output[0] for n in graph.node if n.op_type == "Constant"}
+
+
+def rebatch(model: onnx.ModelProto, micro_batches: int) -> onnx.ModelProto:
+    """``model`` for a batch ``micro_batches`` times smaller: every model input and output has
+    the batch B first; a Reshape whose constant target starts with B (and whose input does)
+    copies the new batch instead (``0``). Every tensor whose first dimension was B must then
+    have B / micro_batches there and the rest unchanged, or this raises ``UsageError``."""
     model = shape_inference.infer_shapes(model)
+    graph = model.graph
+    weights = _weights(graph)
+    shapes = _shapes(model)
+    ends = [v.name for v in graph.input if v.name not in weights] + [v.name for v in graph.output]
+    batches = {shapes[n][0][0] if n in shapes and shapes[n][0] else None for n in ends}
+    if len(batches) != 1 or None in batches:
+        raise UsageError(f"--micro-batches {micro_batches}: the model's inputs and outputs must all have one "
+                         "static batch dimension first")
+    batch = batches.pop()
+    if batch % micro_batches:
+        raise UsageError(f"--micro-batches {micro_batches} does not divide the batch of {batch}")
+    micro = batch // micro_batches
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.value_info[:]
+    for value in list(out.graph.input) + list(out.graph.output):
+        if value.name not in weights:
+            value.type.tensor_type.shape.dim[0].dim_value = micro
+    constants = {i.name: numpy_helper.to_array(i) for i in out.graph.initializer}
+    constants |= {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in out.graph.node
+                  if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+    for node in out.graph.node:
+        target = constants.get(node.input[1]) if node.op_type == "Reshape" else None
+        data = shapes.get(node.input[0]) if target is not None else None
+        allowzero = any(a.name == "allowzero" and a.i for a in node.attribute)
+        if target is None or allowzero or not target.size or target[0] != batch or not data or data[0][0] != batch:
+            continue
+        name = f"{node.input[1]}__microbatch"
+        if name not in constants:
+            constants[name] = np.concatenate([[0], target[1:]]).astype(target.dtype)
+            out.graph.initializer.append(numpy_helper.from_array(constants[name], name))
+        node.input[1] = name
+    try:
+        out = shape_inference.infer_shapes(out, strict_mode=True)
+    except shape_inference.InferenceError as err:  # a shape the new batch contradicts
+        raise UsageError(f"--micro-batches {micro_batches}: the model does not take a batch of {micro}: "
+                         f"{str(err).splitlines()[0]}") from None
+    after = _shapes(out)
+    for name, (shape, dtype) in shapes.items():
+        if name in weights or name not in after:
+            continue
+        want = (micro, *shape[1:]) if shape and shape[0] == batch else shape
+        if after[name][0] != want:
+            raise UsageError(f"--micro-batches {micro_batches}: '{name}' would have shape {list(after[name][0])}, "
+                             f"not {list(want)} (its batch is fixed by the model)")
+    return out
+
+
+def split(model: onnx.ModelProto, pp: int, link_bytes_per_flop: float = 0.0, micro_batches: int = 1) -> list[Stage]:
+    """``model`` cut into ``pp`` stage models, each for a batch ``micro_batches`` times smaller
+    (see the module docstring)."""
+    if pp < 2:
+        raise UsageError(f"--pp must be at least 2, got {pp}")
+    model = rebatch(model, micro_batches) if micro_batches > 1 else shape_inference.infer_shapes(model)
     graph = model.graph
     shapes = _shapes(model)
     for init in graph.initializer:
         shapes.setdefault(init.name, (tuple(init.dims), onnx.helper.tensor_dtype_to_np_dtype(init.data_type).name))
     nodes = list(graph.node)
-    if pp < 2:
-        raise UsageError(f"--pp must be at least 2, got {pp}")
     if len(nodes) < pp:
         raise UsageError(f"--pp {pp}: the model has only {len(nodes)} op(s)")
-    weights = {i.name for i in graph.initializer} | {n.output[0] for n in nodes if n.op_type == "Constant"}
+    weights = _weights(graph)
     inputs = [i.name for i in graph.input if i.name not in weights]
     outputs = [o.name for o in graph.output]
     last_use: dict[str, int] = {}
@@ -85,14 +155,23 @@ def split(model: onnx.ModelProto, pp: int, link_bytes_per_flop: float = 0.0) -> 
     missing = [n for i in range(len(nodes) - 1) for n in live_after(i) if n not in shapes]
     if missing:
         raise UsageError(f"--pp needs static shapes; unknown shape for '{missing[0]}'")
-    cost = [_flops(n, shapes) for n in nodes]
-    live_bytes = [sum(int(np.prod(shapes[n][0])) * np.dtype(shapes[n][1]).itemsize for n in live_after(i))
-                  for i in range(len(nodes))]
-    cuts = _best_cuts(cost, [b * link_bytes_per_flop for b in live_bytes], pp)
+    cost = np.array([_flops(n, shapes) for n in nodes], dtype=np.float64)
+    live_bytes = np.array([sum(_nbytes(shapes[n]) for n in live_after(i)) for i in range(len(nodes))], np.float64)
+    node_weights = np.array([sum(_nbytes(shapes[n]) for n in node.input if n in weights and n in shapes)
+                             for node in nodes], dtype=np.float64)
+    outputs_bytes = np.array([sum(_nbytes(shapes[n]) for n in node.output if n in shapes) for node in nodes],
+                             dtype=np.float64)
+    problem = StageProblem(times=cost, send=live_bytes * link_bytes_per_flop, state_bytes=node_weights,
+                           activation_bytes=outputs_bytes, in_flight=np.ones(pp), limit=np.inf,
+                           names=tuple(n.name or n.op_type for n in nodes))
+    try:
+        bounds = partition(problem).bounds
+    except Infeasible as err:
+        raise UsageError(f"--pp {pp}: {err}") from None
 
-    stages, bounds = [], [-1, *cuts, len(nodes) - 1]
+    stages = []
     for k in range(pp):
-        lo, hi = bounds[k] + 1, bounds[k + 1]
+        lo, hi = bounds[k], bounds[k + 1] - 1
         receive = inputs if k == 0 else live_after(lo - 1)
         send = outputs if k == pp - 1 else live_after(hi)
         used = {n for node in nodes[lo:hi + 1] for n in node.input if n and n not in weights}
@@ -104,29 +183,5 @@ def split(model: onnx.ModelProto, pp: int, link_bytes_per_flop: float = 0.0) -> 
         sub = Extractor(model).extract_model(stage_inputs, stage_outputs)
         spec = lambda n: {"name": n, "shape": list(shapes[n][0]), "dtype": shapes[n][1]}
         stages.append(Stage(sub, stage_inputs, stage_outputs, [spec(n) for n in receive],
-                            [spec(n) for n in send], sum(cost[lo:hi + 1])))
+                            [spec(n) for n in send], int(cost[lo:hi + 1].sum()), int(node_weights[lo:hi + 1].sum())))
     return stages
-
-
-def _best_cuts(cost: list[int], cut_cost: list[float], pp: int) -> list[int]:
-    """Cut positions (after node i) minimising max over stages of (its cost + its outgoing cut's cost)."""
-    n = len(cost)
-    prefix = np.concatenate([[0], np.cumsum(cost)])
-    inf = float("inf")
-    # best[k][j]: the smallest bottleneck of nodes 0..j in k+1 stages, the last ending at j
-    best = [[inf] * n for _ in range(pp)]
-    back = [[-1] * n for _ in range(pp)]
-    for j in range(n):
-        best[0][j] = prefix[j + 1] + (cut_cost[j] if j < n - 1 else 0.0)
-    for k in range(1, pp):
-        for j in range(k, n):
-            out = cut_cost[j] if j < n - 1 else 0.0
-            for i in range(k - 1, j):
-                value = max(best[k - 1][i], prefix[j + 1] - prefix[i + 1] + out)
-                if value < best[k][j]:
-                    best[k][j], back[k][j] = value, i
-    cuts, j = [], n - 1
-    for k in range(pp - 1, 0, -1):
-        j = back[k][j]
-        cuts.append(j)
-    return cuts[::-1]

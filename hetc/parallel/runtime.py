@@ -12,6 +12,10 @@ two functions below, then the controller calls them on all workers at once:
   all-reduces the partial sums itself. Pipeline parallel: rank k receives the tensors live at
   its stage boundary from rank k-1 (rank 0 takes the inputs), runs its stage, and sends the
   tensors live at the next boundary on; the last stage sends the model outputs to rank 0.
+  With m micro-batches (``record["micro_batches"]``) rank 0 splits the inputs into m along
+  the batch and every rank works through them in order, sending each one on without
+  waiting (``isend``): rank k computes micro-batch j + 1 while rank k + 1 computes j. Rank 0
+  concatenates the m results.
 
 The session is started at the first run and kept for the next ones (``close`` ends it). A
 process holds one torch.distributed group, so one session at a time: starting another
@@ -53,6 +57,27 @@ def _rank() -> int:
     return int(get_global_func("runtime.disco.worker_id")()[0])
 
 
+_SHARE_CORES = -3  # TVM's ThreadGroup::kSpecifyThreadShareAllCore: the pool's threads float over a core list
+
+
+def _cores(rank: int, ranks: int, threads: int) -> list[int]:
+    """Rank ``rank``'s cores: its ``threads`` (default: an equal share) of the cores this
+    process may use, disjoint from the other ranks' while there are enough."""
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    share = threads or max(1, len(usable) // ranks)
+    return [usable[(rank * share + i) % len(usable)] for i in range(share)]
+
+
+def restore_threads() -> None:
+    """The controller's thread pool back to every core (worker 0 ran in this process)."""
+    import tvm
+
+    from ..options import default_threads
+
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    tvm.get_global_func("runtime.config_threadpool")(_SHARE_CORES, default_threads(), [str(c) for c in usable])
+
+
 class _Program:
     """One rank's executable(s) and its part of the step protocol."""
 
@@ -60,8 +85,11 @@ class _Program:
         import tvm
         from tvm import relax
 
-        if threads:
-            tvm.get_global_func("runtime.config_threadpool")(1, threads)
+        rank = _rank()
+        cores = _cores(rank, ranks, threads)
+        # each rank's threads on cores of their own: TVM's default (mode 1, "big cores") pins
+        # every process's threads to the same first cores, and the ranks then share one core
+        tvm.get_global_func("runtime.config_threadpool")(_SHARE_CORES, len(cores), [str(c) for c in cores])
         self.record, self.kind, self.ranks = record, kind, ranks
         self.vm = relax.VirtualMachine(tvm.runtime.load_module(str(root / record["library"])), tvm.cpu())
 
@@ -80,19 +108,24 @@ class _Program:
                     dst.copyfrom(value)
             return
         d = dist()
-        live = dict(zip(self.record["model_inputs"], inputs)) if rank == 0 else {}
-        if rank > 0:
-            live.update(_recv(d, self.record["receive"], rank - 1))
-        stage_in = [live[name] if isinstance(live[name], tvm.runtime.Tensor) else tvm.runtime.tensor(live[name])
-                    for name in self.record["inputs"]]
-        live.update(zip(self.record["outputs"], _flatten(self.vm["main"](*stage_in))))
-        last = rank == self.ranks - 1
-        _send(d, [live[spec["name"]] for spec in self.record["send"]], 0 if last else rank + 1)
-        if rank == 0:
-            received = live if last else _recv(d, self.record["results"], self.ranks - 1)
+        m = int(self.record.get("micro_batches", 1))
+        first, last = rank == 0, rank == self.ranks - 1
+        if first:
+            chunks = [np.array_split(x.numpy(), m) for x in inputs]
+        pending = []  # isend handles and the buffers they read (a rank goes on while they send)
+        for j in range(m):
+            live = dict(zip(self.record["model_inputs"], (c[j] for c in chunks))) if first else {}
+            if not first:
+                live.update(_recv(d, self.record["receive"], rank - 1))
+            stage_in = [tvm.runtime.tensor(np.ascontiguousarray(live[name])) for name in self.record["inputs"]]
+            live.update(zip(self.record["outputs"], _flatten(self.vm["main"](*stage_in))))
+            pending += _send(d, [live[spec["name"]] for spec in self.record["send"]], 0 if last else rank + 1)
+        if first:
+            results = [_recv(d, self.record["results"], self.ranks - 1) for _ in range(m)]
             for dst, spec in zip(outputs, self.record["results"], strict=True):
-                value = received[spec["name"]]
-                dst.copyfrom(value if isinstance(value, np.ndarray) else value.numpy())
+                dst.copyfrom(np.concatenate([r[spec["name"]] for r in results]))
+        for work, _ in pending:
+            work.wait()
 
 
 def _flatten(value) -> list:
@@ -103,12 +136,15 @@ def _flatten(value) -> list:
     return [t for item in value for t in _flatten(item)]
 
 
-def _send(d, values: Sequence, peer: int) -> None:
+def _send(d, values: Sequence, peer: int) -> list:
+    """Start sending ``values`` to ``peer``; the (request, buffer) pairs to wait on."""
     import torch
 
+    pending = []
     for value in values:
-        array = value if isinstance(value, np.ndarray) else value.numpy()
-        d.send(torch.from_numpy(np.ascontiguousarray(array)), dst=peer)
+        buf = torch.from_numpy(np.ascontiguousarray(value if isinstance(value, np.ndarray) else value.numpy()))
+        pending.append((d.isend(buf, dst=peer), buf))
+    return pending
 
 
 def _recv(d, specs: Sequence[dict], peer: int) -> dict:
@@ -142,6 +178,13 @@ def install() -> None:
 
     register_global_func("hetc.parallel.load", _load, override=True)
     register_global_func("hetc.parallel.run", _run, override=True)
+
+
+def close_all() -> None:
+    """End the running session, if any (its rank processes exit; this process's threads are
+    its own again)."""
+    for runner in _active:
+        runner.close()
 
 
 class ParallelRunner:
@@ -216,6 +259,8 @@ class ParallelRunner:
             gc.collect()
         if self in _active:
             _active.remove(self)
+        if _programs:
+            restore_threads()
         _programs.clear()
         import torch.distributed as td
 

@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 
+import numpy as np
 from tvm_ffi import get_global_func, register_global_func
 
 _lock = threading.Lock()
@@ -40,47 +41,53 @@ def dist():
     return dist
 
 
-def _torch(tensor):
+def _views(*tensors):
+    """numpy views of TVM tensors (no copy). The collectives move data with torch.distributed
+    but compute with numpy: a torch op here would wake torch's OpenMP threads, which then spin
+    on the rank's own cores and starve gloo's I/O threads (an all-reduce of 512 KB took 6.5 ms
+    instead of 0.5 ms)."""
+    return [np.from_dlpack(t) for t in tensors]
+
+
+def _comm(array: np.ndarray):
     import torch
 
-    return torch.from_dlpack(tensor)
+    return torch.from_numpy(array)
 
 
 def _allreduce(src, op_type, _in_group, dst) -> None:
     d = dist()
-    out = _torch(dst)
-    out.copy_(_torch(src))
+    src, out = _views(src, dst)
+    np.copyto(out, src)
     op = _REDUCE_OPS[int(op_type[0])]
+    d.all_reduce(_comm(out), d.ReduceOp.SUM if op == "AVG" else getattr(d.ReduceOp, op))
     if op == "AVG":  # gloo has no AVG
-        d.all_reduce(out, d.ReduceOp.SUM)
         out /= d.get_world_size()
-    else:
-        d.all_reduce(out, getattr(d.ReduceOp, op))
 
 
 def _broadcast_from_worker0(src, _in_group, dst) -> None:
     d = dist()
-    out = _torch(dst)
+    src, out = _views(src, dst)
     if d.get_rank() == 0:
-        out.copy_(_torch(src))
-    d.broadcast(out, src=0)
+        np.copyto(out, src)
+    d.broadcast(_comm(out), src=0)
 
 
 def _allgather(src, _in_group, dst) -> None:
-    import torch
-
     d = dist()
-    local = _torch(src).contiguous()
-    parts = [torch.empty_like(local) for _ in range(d.get_world_size())]
-    d.all_gather(parts, local)
-    _torch(dst).copy_(torch.cat(parts, dim=0).reshape(_torch(dst).shape))
+    local, out = _views(src, dst)
+    parts = [np.empty_like(local) for _ in range(d.get_world_size())]
+    d.all_gather([_comm(p) for p in parts], _comm(np.ascontiguousarray(local)))
+    np.copyto(out, np.concatenate(parts, axis=0).reshape(out.shape))
 
 
 def _scatter_from_worker0(src, _in_group, dst) -> None:
     d = dist()
-    out = _torch(dst)
-    chunks = list(_torch(src).contiguous().chunk(d.get_world_size(), dim=0)) if d.get_rank() == 0 else None
-    d.scatter(out, [c.contiguous().reshape(out.shape) for c in chunks] if chunks else None, src=0)
+    src, out = _views(src, dst)
+    chunks = None
+    if d.get_rank() == 0:
+        chunks = [_comm(np.ascontiguousarray(c).reshape(out.shape)) for c in np.split(src, d.get_world_size())]
+    d.scatter(_comm(out), chunks, src=0)
 
 
 _COLLECTIVES = {

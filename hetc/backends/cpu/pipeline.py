@@ -12,8 +12,14 @@ from collections.abc import Sequence
 from tvm import relax, topi
 
 from ...options import CompileOptions
-from ...passes.phases import (fusion_passes, inference_passes, layout_passes, legalize_passes, precision_passes,
-                              simplify_passes)
+from ...passes.phases import (
+    fusion_passes,
+    inference_passes,
+    layout_passes,
+    legalize_passes,
+    precision_passes,
+    simplify_passes,
+)
 from ...passes.pipeline import Stage
 from ..byoc import with_offloads
 from .codegen import llvm_target
