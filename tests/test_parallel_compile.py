@@ -15,7 +15,7 @@ from tvm import relax
 from hetc.errors import UsageError
 from hetc.parallel import pipeline
 from hetc.parallel.fuse import fuse_collectives
-from hetc.parallel.shard import collectives
+from hetc.parallel.shard import collectives, packed_name
 
 
 def _allreduce(x: relax.Expr, op: int = 0) -> relax.Call:
@@ -70,8 +70,7 @@ def _calls(mod: tvm.IRModule, name: str) -> list:
     found = []
 
     def visit(expr):
-        if (isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.call_dps_packed"
-                and str(expr.args[0].global_symbol) == f"runtime.disco.{name}"):
+        if packed_name(expr) == f"runtime.disco.{name}":
             found.append(expr)
 
     relax.analysis.post_order_visit(mod["main"], visit)

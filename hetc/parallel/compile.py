@@ -19,13 +19,13 @@ from pathlib import Path
 import tvm
 import tvm_ffi
 
-from ..backends.cpu.pipeline import FAST_MATH, schedule_passes, tuning_database_passes
+from ..backends.cpu import pipeline as cpu_pipeline
 from ..devices import get_spec
 from ..errors import UsageError
 from ..frontends.onnx import load_model, to_relax
 from ..options import CompileOptions
 from ..passes import run_pipeline
-from ..passes.phases import fusion_passes, inference_passes, legalize_passes, simplify_passes
+from ..passes.phases import inference_passes, simplify_passes
 from ..passes.pipeline import Stage
 from ..runtime.artifact import Manifest, Part
 from ..runtime.model import CompiledModel
@@ -35,11 +35,9 @@ from .fuse import fuse_collectives
 
 
 def _after_sharding(options: CompileOptions) -> list[Stage]:
-    """The CPU pipeline from a legalized (sharded) module on."""
-    return (legalize_passes(FAST_MATH)[1:] + fusion_passes()
-            + [Stage("mark_constant_params", "tell each kernel which of its inputs are constants (packable)",
-                     tvm.relax.transform.AttachAttrLayoutFreeBuffers)]
-            + tuning_database_passes(options) + schedule_passes(options))
+    """The CPU pipeline after its ``legalize`` stage (the sharded module is legalized)."""
+    stages = cpu_pipeline.stages(options)
+    return stages[[s.name for s in stages].index("legalize") + 1:]
 
 
 def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, base_dir=None,
@@ -56,7 +54,7 @@ def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, b
     ranks, programs = [], []
     if tp > 1:
         mod, _ = run_pipeline(to_relax(loaded), inference_passes() + simplify_passes())
-        spmd, values, plan = shard.shard_module(mod, tp, FAST_MATH)
+        spmd, values, plan = shard.shard_module(mod, tp, cpu_pipeline.FAST_MATH)
         summary = {"kind": "tensor", **plan.describe()}
         for rank in range(tp):
             local = fuse_collectives(shard.rank_module(spmd, values, rank, tp))

@@ -24,20 +24,21 @@ import math
 import tvm
 from tvm import relax
 
+from .shard import packed_name
+
 FUSABLE = ("runtime.disco.broadcast_from_worker0", "runtime.disco.allreduce")
-_DPS_PACKED = tvm.ir.Op.get("relax.call_dps_packed")
 
 
 def _collective(value) -> tuple | None:
     """The fusion key of a fusable collective call: (name, dtype, other arguments), else None."""
-    if not (isinstance(value, relax.Call) and value.op.same_as(_DPS_PACKED)
-            and isinstance(value.args[0], relax.ExternFunc) and str(value.args[0].global_symbol) in FUSABLE):
+    name = packed_name(value)
+    if name not in FUSABLE:
         return None
     args = value.args[1].fields
     ty = args[0].ty
     if not isinstance(ty, relax.TensorType) or ty.shape is None:
         return None
-    return str(value.args[0].global_symbol), str(ty.dtype), tuple(str(a) for a in args[1:])
+    return name, str(ty.dtype), tuple(str(a) for a in args[1:])
 
 
 def _groups(block: relax.BindingBlock) -> list[list[relax.VarBinding]]:
@@ -77,7 +78,7 @@ class _Fuse(relax.PyExprMutator):
         flat = self.builder_.emit(relax.op.concat([relax.op.reshape(x, [n]) for x, n in zip(inputs, sizes)], axis=0))
         first = calls[0]
         out_ty = relax.TensorType([sum(sizes)], str(inputs[0].ty.dtype))
-        name = str(first.args[0].global_symbol).split(".")[-1]
+        name = packed_name(first).split(".")[-1]
         fused = self.builder_.emit(relax.Call(first.op, [first.args[0], relax.Tuple([flat, *first.args[1].fields[1:]])],
                                               first.attrs, [out_ty]), f"fused_{name}")
         offset = 0

@@ -113,7 +113,7 @@ def rebatch(model: onnx.ModelProto, micro_batches: int) -> onnx.ModelProto:
         raise UsageError(f"--micro-batches {micro_batches}: the model does not take a batch of {micro}: "
                          f"{str(err).splitlines()[0]}") from None
     after = _shapes(out)
-    for name, (shape, dtype) in shapes.items():
+    for name, (shape, _dtype) in shapes.items():
         if name in weights or name not in after:
             continue
         want = (micro, *shape[1:]) if shape and shape[0] == batch else shape
@@ -149,39 +149,50 @@ def split(model: onnx.ModelProto, pp: int, link_bytes_per_flop: float = 0.0, mic
         for name in node.output:
             produced_at[name] = i
 
-    def live_after(i: int) -> list[str]:
-        return [n for n, at in produced_at.items() if at <= i and (last_use.get(n, -1) > i or n in outputs)]
+    # a tensor is live after node i for produced_at <= i < end: read by a later node, or a model output
+    n = len(nodes)
+    live = {t: (at, n if t in outputs else last_use.get(t, -1)) for t, at in produced_at.items()}
+    live = {t: span for t, span in live.items() if span[1] > span[0]}
 
-    missing = [n for i in range(len(nodes) - 1) for n in live_after(i) if n not in shapes]
+    def live_after(i: int) -> list[str]:
+        return [t for t, (at, end) in live.items() if at <= i < end]
+
+    missing = [t for t, (at, end) in live.items() if max(at, 0) < min(end, n - 1) and t not in shapes]
     if missing:
         raise UsageError(f"--pp needs static shapes; unknown shape for '{missing[0]}'")
-    cost = np.array([_flops(n, shapes) for n in nodes], dtype=np.float64)
-    live_bytes = np.array([sum(_nbytes(shapes[n]) for n in live_after(i)) for i in range(len(nodes))], np.float64)
-    node_weights = np.array([sum(_nbytes(shapes[n]) for n in node.input if n in weights and n in shapes)
+    delta = np.zeros(n + 1)
+    for t, (at, end) in live.items():
+        if t in shapes:  # all but, perhaps, model outputs live only after the last node
+            delta[max(at, 0)] += _nbytes(shapes[t])
+            delta[end] -= _nbytes(shapes[t])
+    live_bytes = np.cumsum(delta)[:n]
+    cost = np.array([_flops(node, shapes) for node in nodes], dtype=np.float64)
+    node_weights = np.array([sum(_nbytes(shapes[t]) for t in node.input if t in weights and t in shapes)
                              for node in nodes], dtype=np.float64)
-    outputs_bytes = np.array([sum(_nbytes(shapes[n]) for n in node.output if n in shapes) for node in nodes],
+    outputs_bytes = np.array([sum(_nbytes(shapes[t]) for t in node.output if t in shapes) for node in nodes],
                              dtype=np.float64)
     problem = StageProblem(times=cost, send=live_bytes * link_bytes_per_flop, state_bytes=node_weights,
                            activation_bytes=outputs_bytes, in_flight=np.ones(pp), limit=np.inf,
-                           names=tuple(n.name or n.op_type for n in nodes))
+                           names=tuple(node.name or node.op_type for node in nodes))
     try:
         bounds = partition(problem).bounds
     except Infeasible as err:
         raise UsageError(f"--pp {pp}: {err}") from None
 
-    stages = []
+    stages, extractor = [], Extractor(model)
     for k in range(pp):
         lo, hi = bounds[k], bounds[k + 1] - 1
         receive = inputs if k == 0 else live_after(lo - 1)
         send = outputs if k == pp - 1 else live_after(hi)
-        used = {n for node in nodes[lo:hi + 1] for n in node.input if n and n not in weights}
-        made = {n for node in nodes[lo:hi + 1] for n in node.output}
-        stage_inputs = [n for n in receive if n in used]
-        stage_outputs = [n for n in send if n in made]
+        used = {t for node in nodes[lo:hi + 1] for t in node.input if t and t not in weights}
+        made = {t for node in nodes[lo:hi + 1] for t in node.output}
+        stage_inputs = [t for t in receive if t in used]
+        stage_outputs = [t for t in send if t in made]
         if not stage_outputs:
             raise UsageError(f"--pp {pp}: stage {k} would compute nothing that is used later")
-        sub = Extractor(model).extract_model(stage_inputs, stage_outputs)
-        spec = lambda n: {"name": n, "shape": list(shapes[n][0]), "dtype": shapes[n][1]}
-        stages.append(Stage(sub, stage_inputs, stage_outputs, [spec(n) for n in receive],
-                            [spec(n) for n in send], int(cost[lo:hi + 1].sum()), int(node_weights[lo:hi + 1].sum())))
+        held = {x for node in nodes[lo:hi + 1] for x in node.input if x in weights and x in shapes}
+        spec = lambda t: {"name": t, "shape": list(shapes[t][0]), "dtype": shapes[t][1]}
+        stages.append(Stage(extractor.extract_model(stage_inputs, stage_outputs), stage_inputs, stage_outputs,
+                            [spec(t) for t in receive], [spec(t) for t in send], int(cost[lo:hi + 1].sum()),
+                            sum(_nbytes(shapes[w]) for w in held)))
     return stages

@@ -285,6 +285,7 @@ def plan_parallel(model: Model, mesh: Mesh, options: PlanOptions) -> PlanSearch:
     best: dict[tuple[int, int, int], Plan] = {}
     closest: _OverMemory | None = None
     considered = 0
+    costs_at: dict[tuple[int, int], _LayerCosts] = {}  # (tp, micro-batch size): shared by pp and m
     for tp in _divisors(mesh.devices_per_node):
         if model.heads and model.heads % tp:
             rejected[f"tensor-parallel degrees not dividing the {model.heads} heads"] += 1
@@ -299,7 +300,9 @@ def plan_parallel(model: Model, mesh: Mesh, options: PlanOptions) -> PlanSearch:
                 continue
             for m in _divisors(options.batch // dp):
                 b = options.batch // (dp * m)
-                costs = _layer_costs(model, mesh, tp, b, training, flops_per_s)
+                if (tp, b) not in costs_at:
+                    costs_at[tp, b] = _layer_costs(model, mesh, tp, b, training, flops_per_s)
+                costs = costs_at[tp, b]
                 for schedule in _schedules(training, pp, m, n):
                     for zero in zeros if dp > 1 else zeros[:1]:
                         considered += 1

@@ -60,10 +60,14 @@ def _rank() -> int:
 _SHARE_CORES = -3  # TVM's ThreadGroup::kSpecifyThreadShareAllCore: the pool's threads float over a core list
 
 
+def _usable_cores() -> list[int]:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
 def _cores(rank: int, ranks: int, threads: int) -> list[int]:
     """Rank ``rank``'s cores: its ``threads`` (default: an equal share) of the cores this
     process may use, disjoint from the other ranks' while there are enough."""
-    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    usable = _usable_cores()
     share = threads or max(1, len(usable) // ranks)
     return [usable[(rank * share + i) % len(usable)] for i in range(share)]
 
@@ -74,8 +78,8 @@ def restore_threads() -> None:
 
     from ..options import default_threads
 
-    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    tvm.get_global_func("runtime.config_threadpool")(_SHARE_CORES, default_threads(), [str(c) for c in usable])
+    cores = [str(c) for c in _usable_cores()]
+    tvm.get_global_func("runtime.config_threadpool")(_SHARE_CORES, default_threads(), cores)
 
 
 class _Program:
@@ -183,8 +187,8 @@ def install() -> None:
 def close_all() -> None:
     """End the running session, if any (its rank processes exit; this process's threads are
     its own again)."""
-    for runner in _active:
-        runner.close()
+    while _active:
+        _active[0].close()
 
 
 class ParallelRunner:
@@ -193,8 +197,7 @@ class ParallelRunner:
     def __init__(self, root: Path, parallel: dict, outputs: Sequence, threads: int = 0) -> None:
         self.root, self.parallel, self.outputs = Path(root), parallel, list(outputs)
         self.ranks = len(parallel["ranks"])
-        # each rank gets its share of the cores unless told otherwise
-        self.threads = threads or max(1, (os.cpu_count() or 1) // self.ranks)
+        self.threads = threads  # per rank; 0: an equal share of the cores (``_cores``)
         self.session = None
         self._lock = threading.Lock()
 
@@ -206,8 +209,7 @@ class ParallelRunner:
         except ImportError:
             raise DeviceError("running a --tp/--pp artifact needs torch for its collectives (gloo): "
                               "pip install 'hetc[torch]'") from None
-        for other in _active:
-            other.close()
+        close_all()
         disco_module = disco()
         rendezvous = Path(tempfile.mkdtemp(prefix="hetc-dist-")) / "init"
         os.environ["HETC_DIST_INIT"] = rendezvous.as_uri()

@@ -41,7 +41,6 @@ _PROPAGATES = {
     "relax.exp", "relax.sigmoid", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.relu", "relax.nn.silu",
     "relax.reshape", "relax.permute_dims", "relax.nn.softmax", "relax.matmul", "relax.astype",
 }
-COLLECTIVES = ("allreduce", "allgather", "broadcast_from_worker0", "scatter_from_worker0")
 
 
 @dataclass
@@ -189,7 +188,7 @@ def rank_module(spmd: tvm.IRModule, values: dict[str, np.ndarray], rank: int, tp
 
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if _packed_name(call) == "runtime.disco.scatter_from_worker0":
+            if packed_name(call) == "runtime.disco.scatter_from_worker0":
                 # the input is already reshaped/transposed to [tp, ...shard]: take row ``rank``
                 return relax.op.take(call.args[1].fields[0], relax.const(rank, "int64"), axis=0)
             return call
@@ -204,7 +203,8 @@ def rank_module(spmd: tvm.IRModule, values: dict[str, np.ndarray], rank: int, tp
     return mod
 
 
-def _packed_name(call) -> str | None:
+def packed_name(call) -> str | None:
+    """The global name a ``call_dps_packed`` calls (``runtime.disco.allreduce`` ...), else None."""
     if isinstance(call, relax.Call) and getattr(call.op, "name", None) == "relax.call_dps_packed":
         func = call.args[0]
         return str(func.global_symbol) if isinstance(func, relax.ExternFunc) else None
@@ -216,7 +216,7 @@ def collectives(mod: tvm.IRModule) -> dict[str, int]:
     counts: Counter = Counter()
 
     def visit(expr) -> None:
-        name = _packed_name(expr)
+        name = packed_name(expr)
         if name and name.startswith("runtime.disco."):
             counts[name.removeprefix("runtime.disco.")] += 1
 

@@ -6,9 +6,9 @@ with none aborts the process. The SPMD programs hetc compiles call TVM's global 
 ``runtime.disco.allreduce``, ``broadcast_from_worker0``, ``allgather`` and
 ``scatter_from_worker0`` (the lowering of ``relax.ccl``). ``install()`` registers
 gloo-backed versions of them in this process (pipeline stages send and receive through
-``dist()`` in ``runtime.py``, between their executables); a disco ``ProcessSession`` started with ``entrypoint="hetc.parallel.worker"``
-runs it in every worker process, and the controller runs it for worker 0 (a thread of the
-controller). The process group is created at the first collective, from ``HETC_DIST_INIT``
+``dist()`` in ``runtime.py``, between their executables). A disco ``ProcessSession`` started
+with ``entrypoint="hetc.parallel.worker"`` runs it in every worker process, and the controller
+runs it for worker 0 (a thread of the controller). The process group is created at the first collective, from ``HETC_DIST_INIT``
 (a ``file://`` or ``tcp://`` rendezvous) and ``HETC_DIST_WORLD``, which the controller sets
 before it starts the workers; the rank is disco's worker id.
 

@@ -106,14 +106,22 @@ _CONTRACTIONS = {"relax.matmul", "relax.nn.conv1d", "relax.nn.conv2d", "relax.nn
                  "relax.nn.conv1d_transpose", "relax.nn.conv2d_transpose", "relax.nn.conv3d_transpose"}
 
 
+def _narrow_contraction(value) -> str | None:
+    """The dtype of a float16/bfloat16 conv or matmul call, else None."""
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name in _CONTRACTIONS
+            and isinstance(value.ty, relax.TensorType)):
+        return None
+    dtype = str(value.ty.dtype)
+    return dtype if dtype in ("float16", "bfloat16") else None
+
+
 @relax.expr_functor.mutator
 class _AccumulateFloat32(relax.PyExprMutator):
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         value = self.visit_expr(binding.value)
         emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
-        dtype = str(value.ty.dtype) if isinstance(value.ty, relax.TensorType) else ""
-        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-                and value.op.name in _CONTRACTIONS and dtype in ("float16", "bfloat16")):
+        dtype = _narrow_contraction(value)
+        if dtype is None:
             self.set_var_remap(binding.var, emit(value, binding.var.name))
             return
         info = type(value.attrs).__tvm_ffi_type_info__
@@ -129,11 +137,16 @@ class _AccumulateFloat32(relax.PyExprMutator):
 def accumulate_float32_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """Half-precision convs and matmuls accumulate in float32 and round once, as onnxruntime's
     CPU kernels do (x86 has no half-precision arithmetic, so the wide accumulator is free; a
-    half-precision one lost 3 ulps on a 3-tap causal conv)."""
-    if not any(relax_op_counts(mod)[name] for name in _CONTRACTIONS):
+    half-precision one lost 3 ulps on a 3-tap causal conv). Modules without one are returned
+    as they are, not rebuilt."""
+    funcs = {gvar: func for gvar, func in mod.functions.items()
+             if isinstance(func, relax.Function) and "Codegen" not in (func.attrs or {})}
+    narrow = []
+    for func in funcs.values():
+        relax.analysis.post_order_visit(func, lambda e: narrow.append(e) if _narrow_contraction(e) else None)
+    if not narrow:
         return mod
     mutator = _AccumulateFloat32(mod)
-    for gvar, func in mod.functions.items():
-        if isinstance(func, relax.Function) and "Codegen" not in (func.attrs or {}):
-            mutator.builder_.update_func(gvar, mutator.visit_expr(func))
+    for gvar, func in funcs.items():
+        mutator.builder_.update_func(gvar, mutator.visit_expr(func))
     return mutator.builder_.get()

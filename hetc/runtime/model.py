@@ -76,6 +76,19 @@ class CompiledModel:
         return out
 
 
+def _load_part(root: Path, part):
+    target = get_target(part.target)
+    try:
+        if part.devices:  # split by a placement: one VM over all its devices, driven by the host target
+            return target.backend.load(root / part.library, part.threads, part.devices)
+        return target.backend.load(root / part.library, part.threads)
+    except HetcError:
+        raise  # already one clear line (a device that is not here, ...)
+    except Exception as err:
+        raise ArtifactError(f"{root}: cannot load part '{part.name}' ({part.library}): "
+                            f"{last_line(err)}") from err
+
+
 def load(directory: str | Path) -> CompiledModel:
     """Load an artifact directory written by ``CompiledModel.save`` (validates it first)."""
     root = Path(directory).absolute()
@@ -85,24 +98,13 @@ def load(directory: str | Path) -> CompiledModel:
         if not record.linked and serve is not None:
             record.execution = serve(root, record)
             record.emulated = record.execution != "device"
-    runners = []
     if manifest.parallel:  # one process per rank (hetc.parallel)
         from ..parallel.runtime import ParallelRunner
 
-        runners.append(ParallelRunner(root, manifest.parallel, manifest.outputs,
-                                      manifest.parts[0].threads if manifest.parts else 0))
-    for part in manifest.parts if not manifest.parallel else ():
-        target = get_target(part.target)
-        try:
-            if part.devices:  # split by a placement: one VM over all its devices, driven by the host target
-                runners.append(target.backend.load(root / part.library, part.threads, part.devices))
-            else:
-                runners.append(target.backend.load(root / part.library, part.threads))
-        except HetcError:
-            raise  # already one clear line (a device that is not here, ...)
-        except Exception as err:
-            raise ArtifactError(f"{root}: cannot load part '{part.name}' ({part.library}): "
-                                f"{last_line(err)}") from err
+        threads = manifest.parts[0].threads if manifest.parts else 0
+        runners = [ParallelRunner(root, manifest.parallel, manifest.outputs, threads)]
+    else:
+        runners = [_load_part(root, part) for part in manifest.parts]
 
     def copy_parts(tmp: Path) -> None:
         for rel in manifest.files:
