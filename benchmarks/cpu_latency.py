@@ -9,8 +9,9 @@ core) for the reference outputs, hetc and onnxruntime timed alternately in one l
 of --repeat runs after warm-up; see hetc/benchmark.py), the same for the tuned build, and
 TVM's default build (from_onnx + tvm.compile, untuned: seconds per run on the CNNs, so its
 runs stop once --tvm-budget seconds and 3 runs are spent; such cells are marked *). Every
-column uses the FLOP count of hetc's compile report; % peak is of a 4096x4096 float32 numpy
-matmul (the best of: all cores at start, at end, one core x cores); rel err is max |x - ort| / max |ort| over the
+column uses the FLOP count of hetc's compile report; % peak is of the fastest 4096x4096 float32
+matmul (numpy's OpenBLAS, also forced to AVX-512, and onnxruntime; all cores and one core x
+cores; at start and at end: see measure_peak); rel err is max |x - ort| / max |ort| over the
 outputs. A failure is recorded in its cell and the run goes on. The machine's speed drifts:
 compare only numbers from one run.
 """
@@ -71,30 +72,55 @@ def machine_info() -> dict:
                          "onnx": onnx.__version__, "numpy": np.__version__}}
 
 
-def measure_peak(n: int = 4096, runs: int = 4) -> float:
-    """Best GFLOP/s of an n x n float32 matmul with numpy's BLAS on all cores."""
-    a, b = (np.random.default_rng(i).standard_normal((n, n), dtype=np.float32) for i in (0, 1))
-    a @ b  # warm-up: thread pool, page faults
-    best = min(_seconds(lambda: a @ b) for _ in range(runs))
-    return 2 * n**3 / best / 1e9
+_SGEMM = {
+    "numpy": "import numpy as np\na = np.ones((4096, 4096), np.float32)\nrun = lambda: a @ a\n",
+    "onnxruntime": (
+        "import numpy as np, onnxruntime as ort\nfrom onnx import TensorProto, helper as h\n"
+        "io = [h.make_tensor_value_info(x, TensorProto.FLOAT, [4096, 4096]) for x in 'abc']\n"
+        "g = h.make_graph([h.make_node('MatMul', ['a', 'b'], ['c'])], 'g', io[:2], io[2:])\n"
+        "m = h.make_model(g, opset_imports=[h.make_opsetid('', 17)])\no = ort.SessionOptions()\n"
+        "o.intra_op_num_threads = THREADS\n"
+        "s = ort.InferenceSession(m.SerializeToString(), o, providers=['CPUExecutionProvider'])\n"
+        "f = {'a': np.ones((4096, 4096), np.float32), 'b': np.ones((4096, 4096), np.float32)}\n"
+        "run = lambda: s.run(None, f)\n"),
+}
+_TIME = ("import time\nrun()\nbest = 1e9\nfor _ in range(RUNS):\n"
+         "    t = time.perf_counter(); run(); best = min(best, time.perf_counter() - t)\n"
+         "print(2 * 4096**3 / best / 1e9)\n")
 
 
-def measure_peak_one_core(runs: int = 3) -> float | None:
-    """The same on one core (a fresh process with one BLAS thread), or None if that fails.
-
-    On a shared machine one busy core halves a multi-threaded sgemm (its threads wait for the
-    slowest); one core times the cores is then the better estimate of the peak.
-    """
-    one = {var: "1" for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    code = ("import time, numpy as np\na = np.ones((4096, 4096), np.float32)\na @ a\nbest = 1e9\n"
-            f"for _ in range({runs}):\n    t = time.perf_counter(); a @ a; best = min(best, time.perf_counter() - t)\n"
-            "print(2 * 4096**3 / best / 1e9)")
-    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, **one}, capture_output=True, text=True,
-                          check=False)
+def _has_avx512() -> bool:
     try:
-        return float(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return None
+        return " avx512f " in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def measure_peak(threads: int, runs: int = 4) -> dict[str, float]:
+    """GFLOP/s of a 4096x4096 float32 matmul by every BLAS at hand, each in a fresh process.
+
+    Keys ``LIBRARY[/VARIANT]@THREADS``: numpy's OpenBLAS as it dispatches itself, and forced to
+    its AVX-512 kernels where the CPU has them (OpenBLAS 0.3.31 runs its Haswell AVX2 kernels
+    on CPUs it does not know, such as AMD Zen 5: 250 instead of 460 GFLOP/s on 2 cores), and
+    onnxruntime's MLAS; each on all ``threads`` and on one thread times ``threads`` (on a
+    shared machine one busy core halves a multi-threaded sgemm). The peak is their maximum.
+    A variant that fails is left out.
+    """
+    variants = [("numpy", {}), ("onnxruntime", {})]
+    if _has_avx512():
+        variants.append(("numpy/avx512", {"OPENBLAS_CORETYPE": "SkylakeX"}))
+    found = {}
+    for name, env in variants:
+        for n in sorted({threads, 1}, reverse=True):
+            count = {var: str(n) for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+            code = (_SGEMM[name.split("/")[0]] + _TIME).replace("THREADS", str(n)).replace("RUNS", str(runs))
+            proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, **count, **env},
+                                  capture_output=True, text=True, check=False)
+            try:
+                found[f"{name}@{n}"] = float(proc.stdout.strip().splitlines()[-1]) * threads / n
+            except (ValueError, IndexError):
+                continue
+    return found
 
 
 def _seconds(fn) -> float:
@@ -272,9 +298,8 @@ def main() -> int:
     machine = machine_info()
     args.threads = machine["threads"]
     print(f"{machine['cpu']}, {machine['physical_cores']} cores; measuring peak (4096^2 sgemm) ...", flush=True)
-    one_core = measure_peak_one_core()
-    peaks = {"all_cores_start": measure_peak(), "one_core_times_cores": one_core and one_core * args.threads}
-    print(", ".join(f"{k} {v:.1f}" for k, v in peaks.items() if v) + " GFLOP/s", flush=True)
+    peaks = {f"start:{k}": v for k, v in measure_peak(args.threads).items()}
+    print(", ".join(f"{k} {v:.1f}" for k, v in peaks.items()) + " GFLOP/s", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, path, inputs_path, error in _sources(args, args.work or Path(tmp)):
@@ -286,9 +311,10 @@ def main() -> int:
             if error:
                 cells = {"ort": {"error": error}}
             rows.append({"model": name, "flops": flops, "gflop": flops / 1e9 if flops else None, "results": cells})
-    peaks["all_cores_end"] = measure_peak()  # again: a busy machine at start must not make the peak too low
-    args.peak = max(v for v in peaks.values() if v)
-    print(f"all_cores_end {peaks['all_cores_end']:.1f} GFLOP/s; peak: {args.peak:.1f}", flush=True)
+    end = measure_peak(args.threads)  # again: a busy machine at start must not make the peak too low
+    peaks.update({f"end:{k}": v for k, v in end.items()})
+    args.peak = max(peaks.values(), default=float("nan"))
+    print(", ".join(f"end:{k} {v:.1f}" for k, v in end.items()) + f" GFLOP/s; peak: {args.peak:.1f}", flush=True)
     for cell in (c for row in rows for c in row["results"].values() if "gflops" in c):
         cell["pct_peak"] = 100 * cell["gflops"] / args.peak
     print_table(rows, args)

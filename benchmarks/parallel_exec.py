@@ -1,5 +1,5 @@
-"""Step time of a BERT encoder run as one process and as 2 rank processes (TP=2; PP=2 with and
-without micro-batches) on this machine.
+"""Step time of a BERT encoder run as one process, as 2 rank processes (TP=2; PP=2 with and
+without micro-batches) and as 4 (TP=2 x PP=2 with micro-batches) on this machine.
 
     python benchmarks/parallel_exec.py [--layers 4] [--hidden 256] [--heads 4] [--seq 64]
                                        [--batch 8] [--micro-batches 4] [--repeat 20] [--json out.json]
@@ -48,7 +48,9 @@ def main() -> None:
     inputs = models.sample_inputs(model)
     reference = ort.InferenceSession(model.SerializeToString()).run(None, inputs)
     configs = {"1 process": {}, "TP=2": {"tp": 2}, "PP=2": {"pp": 2},
-               f"PP=2, {args.micro_batches} micro-batches": {"pp": 2, "micro_batches": args.micro_batches}}
+               f"PP=2, {args.micro_batches} micro-batches": {"pp": 2, "micro_batches": args.micro_batches},
+               f"TP=2 x PP=2, {args.micro_batches} micro-batches": {"tp": 2, "pp": 2,
+                                                                   "micro_batches": args.micro_batches}}
     compiled, rows = {}, {}
     for name, kwargs in configs.items():
         start = time.perf_counter()

@@ -94,8 +94,9 @@ def compile(
     ``objective`` is "latency" or "throughput". ``precision`` and
     ``calibration`` choose the FPGA's number types (docs/fpga.md): "float" (default), "fixed"
     (ranges from the ``calibration`` .npz of model inputs), a type like "ap_fixed<16,6>", or a
-    JSON file of per-layer types. ``tp`` or ``pp`` (N >= 2) compile a tensor- or pipeline-parallel
-    CPU artifact whose run is N processes (docs/parallel.md); with ``pp``, ``micro_batches``
+    JSON file of per-layer types. ``tp`` and/or ``pp`` (>= 2) compile a tensor- and/or
+    pipeline-parallel CPU artifact whose run is ``tp x pp`` processes (docs/parallel.md), rank
+    ``s * tp + t`` being tensor-parallel rank t of stage s; with ``pp``, ``micro_batches``
     streams that many slices of the batch through the stages, so the stages overlap.
     """
     targets = parse_targets(target)

@@ -209,16 +209,27 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                       f"{placed['transfer_bytes']:,} bytes per run (plan.json lists them)")
 
 
+def _parallel_kind(par: dict) -> str:
+    tp = par.get("tp", 1)
+    return f"{par['kind']}-parallel" + (f" x tensor-parallel {tp}" if par["kind"] == "pipeline" and tp > 1 else "")
+
+
 def _print_parallel(manifest, out: Path, seconds: float) -> None:
     par = manifest.parallel
-    per_rank = "; ".join(
-        f"rank {k}: " + (", ".join(f"{n} {c}" for c, n in sorted(r["collectives"].items())) or "no collectives")
-        if par["kind"] == "tensor" else f"rank {k}: stage {k}, receives {len(r['receive'])}, "
-        f"sends {len(r['send'])} tensor(s)" for k, r in enumerate(par["ranks"]))
+    lines = []
+    for k, r in enumerate(par["ranks"]):
+        comm = ", ".join(f"{n} {c}" for c, n in sorted(r["collectives"].items()))
+        if par["kind"] == "tensor":
+            lines.append(f"rank {k}: {comm or 'no collectives'}")
+            continue
+        line = f"rank {k}: stage {r['stage']}"
+        if r["tp_group"][0] == k:
+            line += f", receives {len(r['receive'])}, sends {len(r['send'])} tensor(s)"
+        lines.append(line + (f", {comm}" if comm else ""))
     micro = f", {par['micro_batches']} micro-batches" if par.get("micro_batches", 1) > 1 else ""
-    console.print(f"compiled {manifest.model} {par['kind']}-parallel over {len(par['ranks'])} ranks{micro} "
-                  f"({seconds:.1f} s) -> {out}\n{per_rank}\nrun: hetc run {out} --ranks {len(par['ranks'])} "
-                  "--inputs ...")
+    console.print(f"compiled {manifest.model} {_parallel_kind(par)} over {len(par['ranks'])} ranks{micro} "
+                  f"({seconds:.1f} s) -> {out}\n" + "\n".join(lines)
+                  + f"\nrun: hetc run {out} --ranks {len(par['ranks'])} --inputs ...")
 
 
 def _print_offloads(manifest) -> None:
@@ -277,7 +288,7 @@ def run_cmd(artifact: Path, inputs_path: Path, outputs_path: Path | None, refere
     if outputs_path:
         _save_npz(outputs_path, outputs)
     where = ",".join(model.manifest.targets) + (
-        f", {model.manifest.parallel['kind']}-parallel in {have} processes" if model.manifest.parallel else "")
+        f", {_parallel_kind(model.manifest.parallel)} in {have} processes" if model.manifest.parallel else "")
     table = Table(title=f"{model.manifest.model} on {where} ({elapsed * 1e3:.1f} ms)", title_justify="left")
     for col in ("output", "shape", "dtype"):
         table.add_column(col)

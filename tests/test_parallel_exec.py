@@ -86,6 +86,30 @@ def test_micro_batched_pipeline_matches_onnxruntime():
     assert [o.shape[0] for o in compiled.manifest.outputs] == [4, 4]
 
 
+def test_tensor_and_pipeline_parallel_together():
+    """TP=2 inside each of 2 pipeline stages: 4 processes, a batch of 4 as 2 micro-batches."""
+    model = example_models.bert(LAYERS, 64, 4, 128, seq=16, batch=4)
+    inputs = example_models.sample_inputs(model)
+    inputs["attention_mask"][2:, -4:] = 0
+    reference = ort_run(model, inputs)
+    compiled = hetc.compile(model, "cpu", tp=2, pp=2, micro_batches=2)
+    for _ in range(2):  # the second step reuses the session and its groups
+        for got, ref in zip(compiled.run(inputs).values(), reference, strict=True):
+            assert_close(got, ref)
+    assert len(_workers()) == 3
+    parallel = compiled.manifest.parallel
+    assert (parallel["kind"], parallel["tp"], parallel["pp"]) == ("pipeline", 2, 2)
+    ranks = parallel["ranks"]
+    assert [r["tp_group"] for r in ranks] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert [r["stage"] for r in ranks] == [0, 0, 1, 1]
+    assert ranks[0]["next"] == 2 and ranks[2]["previous"] == 0 and ranks[2]["next"] == 0
+    # within a stage the ranks make the same calls; over the stages, one all-reduce after
+    # attention and one after the MLP per layer, and each stage broadcasts its inputs once
+    assert ranks[0]["collectives"] == ranks[1]["collectives"] and ranks[2]["collectives"] == ranks[3]["collectives"]
+    assert ranks[0]["collectives"]["allreduce"] + ranks[2]["collectives"]["allreduce"] == 2 * LAYERS
+    assert all(r["collectives"]["broadcast_from_worker0"] == 1 for r in ranks)
+
+
 def test_cli_compile_and_run_tp(encoder, tmp_path):
     path, _, _ = encoder
     out = tmp_path / "tp"
@@ -101,6 +125,19 @@ def test_cli_compile_and_run_tp(encoder, tmp_path):
     result = run_cli("run", out, "--ranks", "3", "--inputs", inputs)
     assert result.code == 2 and result.stderr.strip() == (
         f"hetc: error: --ranks 3: {out} was compiled for 2 rank(s)")
+
+
+def test_cli_compile_and_run_tp_times_pp(encoder, tmp_path):
+    path, _, _ = encoder
+    out = tmp_path / "tpxpp"
+    result = run_cli("compile", path, "--tp", "2", "--pp", "2", "-o", out)
+    assert result.code == 0, result.stderr
+    text = " ".join(result.stdout.split())  # rich wraps long lines
+    assert "pipeline-parallel x tensor-parallel 2 over 4 ranks" in text
+    assert "rank 0: stage 0, receives 2, sends" in text and "rank 3: stage 1, 2 allreduce, 1 broadcast_from_worker0" in text
+    result = run_cli("run", out, "--inputs", path.parent / "inputs.npz", "--reference", path)
+    assert result.code == 0, result.stderr + result.stdout
+    assert "pipeline-parallel x tensor-parallel 2 in 4 processes" in " ".join(result.stdout.split())
 
 
 def test_pipeline_split_is_by_cost(encoder):
@@ -133,8 +170,8 @@ def test_tensor_parallel_plan_pairs(encoder):
 
 def test_bad_parallel_options(examples, encoder):
     path, _, _ = encoder
-    with pytest.raises(UsageError, match="one of --tp N or --pp N"):
-        hetc.compile(path, "cpu", tp=2, pp=2)
+    with pytest.raises(UsageError, match="--micro-batches streams a batch through pipeline stages"):
+        hetc.compile(path, "cpu", tp=2, micro_batches=2)
     with pytest.raises(UsageError, match="no linear layer pair"):
         hetc.compile(examples / "cnn.onnx", "cpu", tp=2)
     with pytest.raises(UsageError, match="heads|divid|no linear layer pair"):

@@ -33,6 +33,8 @@ from ..targets import get_target
 from . import pipeline, shard
 from .fuse import fuse_collectives
 
+_GRAPH_STAGES = inference_passes() + simplify_passes()  # before sharding
+
 
 def _after_sharding(options: CompileOptions) -> list[Stage]:
     """The CPU pipeline after its ``legalize`` stage (the sharded module is legalized)."""
@@ -40,43 +42,76 @@ def _after_sharding(options: CompileOptions) -> list[Stage]:
     return stages[[s.name for s in stages].index("legalize") + 1:]
 
 
+def _tensor_programs(mod, tp: int, options: CompileOptions, require_pairs: bool = True):
+    """``tp`` rank programs of ``mod`` (after the graph passes), their collective counts and the
+    sharding summary. Without a linear-layer pair to split: an error, or (``require_pairs``
+    False: a pipeline stage of a TP x PP artifact) one replicated program for every rank."""
+    cpu = get_target("cpu")
+    try:
+        spmd, values, plan = shard.shard_module(mod, tp, cpu_pipeline.FAST_MATH)
+    except shard.NothingToShard:
+        if require_pairs:
+            raise
+        mod, _ = run_pipeline(mod, cpu.backend.stages(options))  # the graph passes again: no-ops
+        program = cpu.backend.build(mod, options)
+        return [program] * tp, [{}] * tp, {"tp": tp, "column_parallel": 0, "row_parallel": 0, "sharded_weights": 0}
+    programs, counts = [], []
+    for rank in range(tp):
+        local = fuse_collectives(shard.rank_module(spmd, values, rank, tp))
+        counts.append(shard.collectives(local))
+        local, _ = run_pipeline(local, _after_sharding(options))
+        programs.append(cpu.backend.build(local, options))
+    return programs, counts, plan.describe()
+
+
 def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, base_dir=None,
                      constant_inputs=None, micro_batches: int = 1) -> CompiledModel:
-    """A ``CompiledModel`` whose run starts ``tp`` or ``pp`` rank processes (``runtime.py``)."""
+    """A ``CompiledModel`` whose run starts ``tp x pp`` rank processes (``runtime.py``).
+
+    Global rank ``s * tp + t`` is tensor-parallel rank ``t`` of pipeline stage ``s``; the
+    ranks of one stage form its tensor-parallel group (``tp_group``), whose first rank (the
+    stage's *leader*) receives the stage's inputs and sends its outputs on."""
     if options.targets != ("cpu",):
         raise UsageError("--tp/--pp compile for the CPU target here (one process per rank); "
                          f"got --target {','.join(options.targets)}")
-    if (tp > 1) == (pp > 1):
-        raise UsageError("give one of --tp N or --pp N (N >= 2); combining them is not supported yet")
     cpu = get_target("cpu")
     start = time.perf_counter()
     loaded = load_model(model, options.input_shapes, base_dir, constant_inputs)
+    model_inputs = [s.name for s in loaded.inputs]
     ranks, programs = [], []
-    if tp > 1:
-        mod, _ = run_pipeline(to_relax(loaded), inference_passes() + simplify_passes())
-        spmd, values, plan = shard.shard_module(mod, tp, cpu_pipeline.FAST_MATH)
-        summary = {"kind": "tensor", **plan.describe()}
+    if pp == 1:
+        mod, _ = run_pipeline(to_relax(loaded), _GRAPH_STAGES)
+        programs, counts, shards = _tensor_programs(mod, tp, options)
+        summary = {"kind": "tensor", **shards}
         for rank in range(tp):
-            local = fuse_collectives(shard.rank_module(spmd, values, rank, tp))
-            counts = shard.collectives(local)
-            local, _ = run_pipeline(local, _after_sharding(options))
-            programs.append(cpu.backend.build(local, options))
-            ranks.append({"library": f"cpu/rank{rank}.so", "model_inputs": [s.name for s in loaded.inputs],
-                          "collectives": counts})
+            ranks.append({"library": f"cpu/rank{rank}.so", "model_inputs": model_inputs, "collectives": counts[rank]})
     else:
         spec = get_spec("dev-cpu")
         stages = pipeline.split(loaded.proto, pp, spec.peak_flops["float32"] / spec.memory_bandwidth,
                                 micro_batches)
-        summary = {"kind": "pipeline", "pp": pp, "micro_batches": micro_batches,
+        summary = {"kind": "pipeline", "pp": pp, "tp": tp, "micro_batches": micro_batches,
                    "stage_flops": [s.flops for s in stages], "stage_weight_bytes": [s.weight_bytes for s in stages]}
-        for rank, stage in enumerate(stages):
+        shards = []
+        for k, stage in enumerate(stages):
             sub = load_model(stage.model, {}, base_dir, None)
-            mod, _ = run_pipeline(to_relax(sub), cpu.backend.stages(options))
-            programs.append(cpu.backend.build(mod, options))
-            ranks.append({"library": f"cpu/rank{rank}.so", "model_inputs": [s.name for s in loaded.inputs],
-                          "inputs": stage.inputs, "outputs": stage.outputs, "receive": stage.receive,
-                          "send": stage.send, "results": stages[-1].send, "micro_batches": micro_batches,
-                          "collectives": {}})
+            if tp == 1:
+                mod, _ = run_pipeline(to_relax(sub), cpu.backend.stages(options))
+                stage_programs, counts = [cpu.backend.build(mod, options)], [{}]
+            else:
+                mod, _ = run_pipeline(to_relax(sub), _GRAPH_STAGES)
+                stage_programs, counts, described = _tensor_programs(mod, tp, options, require_pairs=False)
+                shards.append(described)
+            group = [k * tp + t for t in range(tp)]
+            for t, program in enumerate(stage_programs):
+                programs.append(program)
+                ranks.append({"library": f"cpu/rank{k * tp + t}.so", "model_inputs": model_inputs,
+                              "stage": k, "tp_group": group, "inputs": stage.inputs, "outputs": stage.outputs,
+                              "receive": stage.receive, "send": stage.send, "results": stages[-1].send,
+                              "results_from": (pp - 1) * tp, "previous": group[0] - tp,
+                              "next": group[0] + tp if k < pp - 1 else 0,
+                              "micro_batches": micro_batches, "collectives": counts[t]})
+        if shards:
+            summary["stage_shards"] = shards
     parallel = {**summary, "ranks": ranks, "communication": "torch.distributed (gloo) in a TVM disco session"}
     manifest = Manifest(
         model=Path(loaded.name).name, targets=["cpu"], inputs=loaded.inputs, outputs=loaded.outputs,

@@ -9,13 +9,17 @@ two functions below, then the controller calls them on all workers at once:
 - ``hetc.parallel.run(*inputs, *outputs)``: one step. Inputs are valid on worker 0 only (the
   controller copies them there); outputs are written on worker 0, where the controller reads
   them. Tensor parallel: every rank runs its SPMD program, which broadcasts the inputs and
-  all-reduces the partial sums itself. Pipeline parallel: rank k receives the tensors live at
-  its stage boundary from rank k-1 (rank 0 takes the inputs), runs its stage, and sends the
-  tensors live at the next boundary on; the last stage sends the model outputs to rank 0.
-  With m micro-batches (``record["micro_batches"]``) rank 0 splits the inputs into m along
-  the batch and every rank works through them in order, sending each one on without
-  waiting (``isend``): rank k computes micro-batch j + 1 while rank k + 1 computes j. Rank 0
-  concatenates the m results.
+  all-reduces the partial sums itself. Pipeline parallel: the leader of stage s (the first
+  rank of its ``tp_group``; every rank when ``tp`` is 1) receives the tensors live at its
+  stage boundary from the leader of stage s - 1 (stage 0's from the inputs), runs its stage,
+  and sends the tensors live at the next boundary on; the last stage sends the model outputs
+  to rank 0. With ``tp`` > 1 the other ranks of a stage run its SPMD program on placeholders,
+  which the program's input broadcast from the leader overwrites; their collectives stay in
+  their group (``worker.set_groups``, called at load). With m micro-batches
+  (``record["micro_batches"]``) rank 0 splits the inputs into m along the batch and every
+  rank works through them in order, sending each one on without waiting (``isend``): stage
+  s computes micro-batch j + 1 while stage s + 1 computes j. Rank 0 concatenates the m
+  results.
 
 The session is started at the first run and kept for the next ones (``close`` ends it). A
 process holds one torch.distributed group, so one session at a time: starting another
@@ -112,21 +116,30 @@ class _Program:
                     dst.copyfrom(value)
             return
         d = dist()
-        m = int(self.record.get("micro_batches", 1))
-        first, last = rank == 0, rank == self.ranks - 1
-        if first:
+        record = self.record
+        m = int(record["micro_batches"])
+        leader = rank == record["tp_group"][0]
+        if not leader and not record["collectives"]:
+            return  # a stage with nothing to shard runs replicated: only its leader's result is used
+        if rank == 0:
             chunks = [np.array_split(x.numpy(), m) for x in inputs]
+        placeholders = {spec["name"]: spec for spec in record["receive"]}
         pending = []  # isend handles and the buffers they read (a rank goes on while they send)
         for j in range(m):
-            live = dict(zip(self.record["model_inputs"], (c[j] for c in chunks))) if first else {}
-            if not first:
-                live.update(_recv(d, self.record["receive"], rank - 1))
-            stage_in = [tvm.runtime.tensor(np.ascontiguousarray(live[name])) for name in self.record["inputs"]]
-            live.update(zip(self.record["outputs"], _flatten(self.vm["main"](*stage_in))))
-            pending += _send(d, [live[spec["name"]] for spec in self.record["send"]], 0 if last else rank + 1)
-        if first:
-            results = [_recv(d, self.record["results"], self.ranks - 1) for _ in range(m)]
-            for dst, spec in zip(outputs, self.record["results"], strict=True):
+            if not leader:  # the stage program broadcasts its inputs from the leader
+                live = {name: np.empty(placeholders[name]["shape"], placeholders[name]["dtype"])
+                        for name in record["inputs"]}
+            elif record["stage"] == 0:
+                live = dict(zip(record["model_inputs"], (c[j] for c in chunks)))
+            else:
+                live = _recv(d, record["receive"], record["previous"])
+            stage_in = [tvm.runtime.tensor(np.ascontiguousarray(live[name])) for name in record["inputs"]]
+            live.update(zip(record["outputs"], _flatten(self.vm["main"](*stage_in))))
+            if leader:
+                pending += _send(d, [live[spec["name"]] for spec in record["send"]], record["next"])
+        if rank == 0:
+            results = [_recv(d, record["results"], record["results_from"]) for _ in range(m)]
+            for dst, spec in zip(outputs, record["results"], strict=True):
                 dst.copyfrom(np.concatenate([r[spec["name"]] for r in results]))
         for work, _ in pending:
             work.wait()
@@ -165,10 +178,14 @@ def _recv(d, specs: Sequence[dict], peer: int) -> dict:
 def _load(root: str, threads: int) -> int:
     import json
 
+    from . import worker
+
     parallel = json.loads((Path(root) / "manifest.json").read_text())["parallel"]
     rank = _rank()
     _programs[rank] = _Program(Path(root), parallel["ranks"][rank], parallel["kind"], len(parallel["ranks"]),
                                threads)
+    groups = {tuple(r["tp_group"]) for r in parallel["ranks"] if len(r.get("tp_group", ())) > 1}
+    worker.set_groups(sorted(groups))
     return rank
 
 

@@ -43,6 +43,10 @@ _PROPAGATES = {
 }
 
 
+class NothingToShard(UsageError):
+    """The function has no column/row linear pair to split."""
+
+
 @dataclass
 class ShardPlan:
     """Which weights are split how: constant -> placement text ("S[0]", "S[1]")."""
@@ -91,7 +95,7 @@ def tensor_parallel_plan(fn: relax.Function, tp: int) -> ShardPlan:
             plan.placements[row] = "S[0]"
         plan.columns += 1
     if not plan.columns:
-        raise UsageError("--tp: the model has no linear layer pair (a matmul by a constant weight whose "
+        raise NothingToShard("--tp: the model has no linear layer pair (a matmul by a constant weight whose "
                          "result reaches another one) to split across ranks")
     return plan
 

@@ -10,7 +10,9 @@ gloo-backed versions of them in this process (pipeline stages send and receive t
 with ``entrypoint="hetc.parallel.worker"`` runs it in every worker process, and the controller
 runs it for worker 0 (a thread of the controller). The process group is created at the first collective, from ``HETC_DIST_INIT``
 (a ``file://`` or ``tcp://`` rendezvous) and ``HETC_DIST_WORLD``, which the controller sets
-before it starts the workers; the rank is disco's worker id.
+before it starts the workers; the rank is disco's worker id. In a TP x PP artifact each stage's
+ranks also form a group of their own (``set_groups``, called at load), and the collectives run
+in the caller's group, rooted at its first rank.
 
 To add a collective: register its TVM global name in ``_COLLECTIVES`` with a function of
 the same signature (inputs, then the destination tensor for destination-passing calls).
@@ -26,6 +28,8 @@ import numpy as np
 from tvm_ffi import get_global_func, register_global_func
 
 _lock = threading.Lock()
+_group = None  # this rank's tensor-parallel group (None: all ranks), see set_groups
+_root = 0  # the global rank of its first member, the "worker 0" of its collectives
 _REDUCE_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "AVG")  # relax.ccl's op_type codes, in order
 
 
@@ -39,6 +43,20 @@ def dist():
             dist.init_process_group("gloo", init_method=os.environ["HETC_DIST_INIT"],
                                     world_size=int(os.environ["HETC_DIST_WORLD"]), rank=rank)
     return dist
+
+
+def set_groups(groups) -> None:
+    """Make this rank's collectives run within its group of ``groups`` (lists of global ranks;
+    a TP x PP artifact's tensor-parallel groups). Every rank calls this with the same groups:
+    creating a group is itself collective. No groups: the collectives span all ranks."""
+    global _group, _root
+    d = dist() if groups else None
+    _group, _root = None, 0
+    rank = int(get_global_func("runtime.disco.worker_id")()[0])
+    for members in groups:
+        group = d.new_group(ranks=list(members))
+        if rank in members:
+            _group, _root = group, members[0]
 
 
 def _views(*tensors):
@@ -60,24 +78,24 @@ def _allreduce(src, op_type, _in_group, dst) -> None:
     src, out = _views(src, dst)
     np.copyto(out, src)
     op = _REDUCE_OPS[int(op_type[0])]
-    d.all_reduce(_comm(out), d.ReduceOp.SUM if op == "AVG" else getattr(d.ReduceOp, op))
+    d.all_reduce(_comm(out), d.ReduceOp.SUM if op == "AVG" else getattr(d.ReduceOp, op), group=_group)
     if op == "AVG":  # gloo has no AVG
-        out /= d.get_world_size()
+        out /= d.get_world_size(_group)
 
 
 def _broadcast_from_worker0(src, _in_group, dst) -> None:
     d = dist()
     src, out = _views(src, dst)
-    if d.get_rank() == 0:
+    if d.get_rank() == _root:
         np.copyto(out, src)
-    d.broadcast(_comm(out), src=0)
+    d.broadcast(_comm(out), src=_root, group=_group)
 
 
 def _allgather(src, _in_group, dst) -> None:
     d = dist()
     local, out = _views(src, dst)
-    parts = [np.empty_like(local) for _ in range(d.get_world_size())]
-    d.all_gather([_comm(p) for p in parts], _comm(np.ascontiguousarray(local)))
+    parts = [np.empty_like(local) for _ in range(d.get_world_size(_group))]
+    d.all_gather([_comm(p) for p in parts], _comm(np.ascontiguousarray(local)), group=_group)
     np.copyto(out, np.concatenate(parts, axis=0).reshape(out.shape))
 
 
@@ -85,9 +103,9 @@ def _scatter_from_worker0(src, _in_group, dst) -> None:
     d = dist()
     src, out = _views(src, dst)
     chunks = None
-    if d.get_rank() == 0:
-        chunks = [_comm(np.ascontiguousarray(c).reshape(out.shape)) for c in np.split(src, d.get_world_size())]
-    d.scatter(_comm(out), chunks, src=0)
+    if d.get_rank() == _root:
+        chunks = [_comm(np.ascontiguousarray(c).reshape(out.shape)) for c in np.split(src, d.get_world_size(_group))]
+    d.scatter(_comm(out), chunks, src=_root, group=_group)
 
 
 _COLLECTIVES = {
@@ -116,7 +134,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # run the importable module, not this __main__ copy: runtime.py sets the groups on that one
+    from hetc.parallel import worker  # noqa: PLW0406
+
     try:
-        main()
+        worker.main()
     except (OSError, KeyboardInterrupt):
         pass
