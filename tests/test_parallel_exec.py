@@ -110,6 +110,20 @@ def test_tensor_and_pipeline_parallel_together():
     assert all(r["collectives"]["broadcast_from_worker0"] == 1 for r in ranks)
 
 
+def test_stage_without_a_pair_runs_replicated():
+    """An MLP cut in 2 stages: the first (one linear layer, whose result leaves the stage) has
+    nothing to split, so its leader alone runs it; the second is sharded over its group."""
+    model = example_models.mlp(batch=4)
+    inputs = example_models.sample_inputs(model)
+    compiled = hetc.compile(model, "cpu", tp=2, pp=2)
+    for got, ref in zip(compiled.run(inputs).values(), ort_run(model, inputs), strict=True):
+        assert_close(got, ref)
+    parallel = compiled.manifest.parallel
+    assert [r["collectives"] for r in parallel["ranks"][:2]] == [{}, {}]
+    assert parallel["ranks"][2]["collectives"] == {"allreduce": 1, "broadcast_from_worker0": 1}
+    assert [s["column_parallel"] for s in parallel["stage_shards"]] == [0, 1]
+
+
 def test_cli_compile_and_run_tp(encoder, tmp_path):
     path, _, _ = encoder
     out = tmp_path / "tp"

@@ -98,7 +98,7 @@ class _Program:
         # each rank's threads on cores of their own: TVM's default (mode 1, "big cores") pins
         # every process's threads to the same first cores, and the ranks then share one core
         tvm.get_global_func("runtime.config_threadpool")(_SHARE_CORES, len(cores), [str(c) for c in cores])
-        self.record, self.kind, self.ranks = record, kind, ranks
+        self.record, self.kind = record, kind
         self.vm = relax.VirtualMachine(tvm.runtime.load_module(str(root / record["library"])), tvm.cpu())
 
     def run(self, args: Sequence) -> None:

@@ -95,8 +95,8 @@ def tensor_parallel_plan(fn: relax.Function, tp: int) -> ShardPlan:
             plan.placements[row] = "S[0]"
         plan.columns += 1
     if not plan.columns:
-        raise NothingToShard("--tp: the model has no linear layer pair (a matmul by a constant weight whose "
-                         "result reaches another one) to split across ranks")
+        raise NothingToShard("--tp: the model has no linear layer pair (a matmul by a constant weight "
+                             "whose result reaches another one) to split across ranks")
     return plan
 
 
