@@ -36,30 +36,32 @@ from .fuse import fuse_collectives
 _GRAPH_STAGES = inference_passes() + simplify_passes()  # before sharding
 
 
-def _after_sharding(options: CompileOptions) -> list[Stage]:
-    """The CPU pipeline after its ``legalize`` stage (the sharded module is legalized)."""
+def _cpu_stages_after(name: str, options: CompileOptions) -> list[Stage]:
+    """The CPU pipeline after its stage ``name``: a sharded module continues after
+    ``legalize``, an unsharded one after the graph passes it already went through."""
     stages = cpu_pipeline.stages(options)
-    return stages[[s.name for s in stages].index("legalize") + 1:]
+    return stages[[s.name for s in stages].index(name) + 1:]
 
 
 def _tensor_programs(mod, tp: int, options: CompileOptions, require_pairs: bool = True):
     """``tp`` rank programs of ``mod`` (after the graph passes), their collective counts and the
     sharding summary. Without a linear-layer pair to split: an error, or (``require_pairs``
-    False: a pipeline stage of a TP x PP artifact) one replicated program for every rank."""
+    False: a pipeline stage of a TP x PP artifact) one replicated program, for the group's
+    first rank only (the others have nothing to do: their programs are None)."""
     cpu = get_target("cpu")
     try:
         spmd, values, plan = shard.shard_module(mod, tp, cpu_pipeline.FAST_MATH)
     except shard.NothingToShard:
         if require_pairs:
             raise
-        mod, _ = run_pipeline(mod, cpu.backend.stages(options))  # the graph passes again: no-ops
-        program = cpu.backend.build(mod, options)
-        return [program] * tp, [{}] * tp, {"tp": tp, "column_parallel": 0, "row_parallel": 0, "sharded_weights": 0}
+        mod, _ = run_pipeline(mod, _cpu_stages_after(_GRAPH_STAGES[-1].name, options))
+        programs = [cpu.backend.build(mod, options)] + [None] * (tp - 1)
+        return programs, [{}] * tp, {"tp": tp, "column_parallel": 0, "row_parallel": 0, "sharded_weights": 0}
     programs, counts = [], []
     for rank in range(tp):
         local = fuse_collectives(shard.rank_module(spmd, values, rank, tp))
         counts.append(shard.collectives(local))
-        local, _ = run_pipeline(local, _after_sharding(options))
+        local, _ = run_pipeline(local, _cpu_stages_after("legalize", options))
         programs.append(cpu.backend.build(local, options))
     return programs, counts, plan.describe()
 
@@ -78,12 +80,13 @@ def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, b
     start = time.perf_counter()
     loaded = load_model(model, options.input_shapes, base_dir, constant_inputs)
     model_inputs = [s.name for s in loaded.inputs]
-    ranks, programs = [], []
+    ranks, libraries = [], {}  # libraries: path in the artifact -> program
     if pp == 1:
         mod, _ = run_pipeline(to_relax(loaded), _GRAPH_STAGES)
         programs, counts, shards = _tensor_programs(mod, tp, options)
         summary = {"kind": "tensor", **shards}
-        for rank in range(tp):
+        for rank, program in enumerate(programs):
+            libraries[f"cpu/rank{rank}.so"] = program
             ranks.append({"library": f"cpu/rank{rank}.so", "model_inputs": model_inputs, "collectives": counts[rank]})
     else:
         spec = get_spec("dev-cpu")
@@ -103,8 +106,11 @@ def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, b
                 shards.append(described)
             group = [k * tp + t for t in range(tp)]
             for t, program in enumerate(stage_programs):
-                programs.append(program)
-                ranks.append({"library": f"cpu/rank{k * tp + t}.so", "model_inputs": model_inputs,
+                # a rank with no program of its own (a replicated stage's) names its leader's library
+                library = f"cpu/rank{group[t] if program is not None else group[0]}.so"
+                if program is not None:
+                    libraries[library] = program
+                ranks.append({"library": library, "model_inputs": model_inputs,
                               "stage": k, "tp_group": group, "inputs": stage.inputs, "outputs": stage.outputs,
                               "receive": stage.receive, "send": stage.send, "results": stages[-1].send,
                               "results_from": (pp - 1) * tp, "previous": group[0] - tp,
@@ -122,8 +128,8 @@ def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, b
 
     def write_parts(tmp: Path) -> None:
         (tmp / "cpu").mkdir()
-        for rank, program in enumerate(programs):
-            cpu.backend.export(program, tmp / ranks[rank]["library"], options)
+        for library, program in libraries.items():
+            cpu.backend.export(program, tmp / library, options)
 
     compiled = CompiledModel(manifest, report, {"parallel": summary}, [], write_parts)
     compiled._runners.append(_LazyRunner(compiled, options.num_threads))

@@ -99,13 +99,18 @@ class _Program:
         # every process's threads to the same first cores, and the ranks then share one core
         tvm.get_global_func("runtime.config_threadpool")(_SHARE_CORES, len(cores), [str(c) for c in cores])
         self.record, self.kind = record, kind
-        self.vm = relax.VirtualMachine(tvm.runtime.load_module(str(root / record["library"])), tvm.cpu())
+        # a replicated pipeline stage (no collectives) runs on its leader only: the others idle
+        self.idle = rank != record.get("tp_group", [rank])[0] and not record["collectives"]
+        self.vm = None if self.idle else relax.VirtualMachine(
+            tvm.runtime.load_module(str(root / record["library"])), tvm.cpu())
 
     def run(self, args: Sequence) -> None:
         import tvm
 
         from .worker import dist
 
+        if self.idle:
+            return
         n_in = len(self.record["model_inputs"])
         inputs, outputs = list(args[:n_in]), list(args[n_in:])
         rank = _rank()
@@ -119,8 +124,6 @@ class _Program:
         record = self.record
         m = int(record["micro_batches"])
         leader = rank == record["tp_group"][0]
-        if not leader and not record["collectives"]:
-            return  # a stage with nothing to shard runs replicated: only its leader's result is used
         if rank == 0:
             chunks = [np.array_split(x.numpy(), m) for x in inputs]
         placeholders = {spec["name"]: spec for spec in record["receive"]}
