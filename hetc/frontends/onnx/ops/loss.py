@@ -22,14 +22,13 @@ from __future__ import annotations
 
 from tvm import relax
 
+from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
 
 _REDUCTIONS = ("none", "sum", "mean")
 _LOW_PRECISION = ("float16", "bfloat16")
 
 
-def _dims(expr: relax.Expr) -> list[int]:
-    return [int(d) for d in expr.ty.shape.values]
 
 
 def _nll(ctx: ConvertContext, x: relax.Expr, inputs: list, attrs: Attrs) -> relax.Expr:

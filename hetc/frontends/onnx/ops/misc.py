@@ -31,13 +31,12 @@ import tvm
 from onnx import helper
 from tvm import relax, te, tirx
 
+from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
 
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
-def _dims(expr: relax.Expr) -> list[int]:
-    return [int(d) for d in expr.ty.shape.values]
 
 
 def _opt(inputs: list, i: int):

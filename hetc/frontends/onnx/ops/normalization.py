@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from tvm import relax
 
+from ..shapes import dims as _dims
+from ..shapes import is_static
 from ..registry import Attrs, ConvertContext, converter
 
 _STASH_DTYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 
 
-def _dims(expr: relax.Expr) -> list[int]:
-    return [int(d) for d in expr.ty.shape.values]
 
 
 def _normalized_axes(ctx: ConvertContext, x: relax.Expr, attrs: Attrs) -> list[int]:
@@ -41,8 +41,8 @@ def layer_normalization(ctx: ConvertContext, inputs: list, attrs: Attrs):
     axes = _normalized_axes(ctx, x, attrs)
     axis = axes[0]
     dtype = x.ty.dtype
-    full = _dims(x)[axis:]
-    simple_scale = _dims(scale) == full and (bias is None or _dims(bias) == full)
+    full = _dims(x)[axis:]  # normalized dims: static in every model seen, symbolic allowed
+    simple_scale = is_static(full) and _dims(scale) == full and (bias is None or _dims(bias) == full)
     if ctx.num_outputs == 1 and simple_scale and _STASH_DTYPES[stash] == dtype:
         if bias is None:
             bias = relax.op.zeros(relax.ShapeExpr(full), dtype)

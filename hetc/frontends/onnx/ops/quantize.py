@@ -33,6 +33,7 @@ import numpy as np
 import tvm
 from tvm import relax, te, tirx
 
+from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
 
 # ONNX TensorProto data type codes hetc can quantize to, and their ranges.
@@ -65,8 +66,6 @@ def _dt(expr: relax.Expr) -> str:
     return str(expr.ty.dtype)
 
 
-def _dims(expr: relax.Expr) -> list[int]:
-    return [int(d) for d in expr.ty.shape.values]
 
 
 def _unsupported(ctx: ConvertContext, what: str, dtype: str):

@@ -30,6 +30,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
 
 _COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
@@ -60,8 +61,6 @@ def const_value(ctx: ConvertContext, expr, what: str) -> np.ndarray | None:
                     "frozen with constant_inputs=), it decides the output shape")
 
 
-def _dims(expr) -> list[int]:
-    return [int(d) for d in expr.ty.shape.values]
 
 
 def scalar(value: float, dtype: str) -> relax.Expr:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from tvm import relax
 
+from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
 
 
-def _dims(expr: relax.Expr) -> list[int]:
-    return [int(d) for d in expr.ty.shape.values]
 
 
 def _slice(x: relax.Expr, axis: int, begin: int, end: int, stride: int = 1) -> relax.Expr:

@@ -19,14 +19,13 @@ import math
 
 from tvm import relax
 
+from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
 
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
 
 
-def _dims(expr: relax.Expr) -> list[int]:
-    return [int(d) for d in expr.ty.shape.values]
 
 
 def _opt(inputs: list, i: int):

@@ -24,12 +24,11 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
 from .resize import const_value, scalar
 
 
-def _dims(expr) -> list[int]:
-    return [int(d) for d in expr.ty.shape.values]
 
 
 def _norm_axes(ctx: ConvertContext, axes, rank: int, what: str) -> list[int]:
