@@ -10,8 +10,10 @@ import contextlib
 import io
 import warnings
 
+import numpy as np
 import onnx
 import tvm
+from onnx import helper
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
@@ -20,6 +22,7 @@ from ...native_log import release_frames
 from . import (
     ops,  # noqa: F401  (registers hetc's converters)
     registry,
+    symbolic,
 )
 from .loader import LoadedModel, _first_line
 
@@ -74,9 +77,13 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
         return None
 
     def _construct_nodes(self, graph):
-        """TVM's node loop, one node at a time, so that an op that cannot take a Shape node's
+        """TVM's node loop, one node at a time, so that shape arithmetic on symbolic dims is
+        evaluated at compile time (``symbolic``), and an op that cannot take a Shape node's
         ShapeExpr gets it as an int64 tensor instead of failing (e.g. Shape -> Size, Sub)."""
+        self._known: dict[str, np.ndarray] = {}
         for node in graph.node:
+            if self._evaluate_symbolic(node):
+                continue
             shapes = {name: self._nodes[name] for name in node.input
                       if name and isinstance(self._nodes.get(name), relax.Expr)
                       and isinstance(self._nodes[name].ty, relax.ShapeType)}
@@ -89,6 +96,52 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
                 super()._construct_nodes(_OneNode(node))
             finally:
                 self._nodes.update(shapes)  # later shape-aware consumers still see the ShapeExpr
+
+    def _value(self, name: str) -> np.ndarray | None:
+        """The compile-time value of a small integer tensor (ints and symbolic PrimExprs), or None."""
+        if name in self._known:
+            return self._known[name]
+        expr = self._nodes.get(name)
+        if isinstance(expr, tvm.ir.GenericConst):
+            return symbolic.known(expr.value.numpy())
+        if isinstance(expr, relax.ShapeExpr):
+            return symbolic.shape_value(expr)
+        return None
+
+    def _evaluate_symbolic(self, node: onnx.NodeProto) -> bool:
+        """Bind ``node``'s outputs to their compile-time values if shape arithmetic gives them."""
+        if node.domain not in registry.DEFAULT_DOMAINS or not node.input or not node.input[0]:
+            return False
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type in ("Shape", "Size"):
+            value = symbolic.shape_value(self._nodes[node.input[0]], attrs.get("start"), attrs.get("end"))
+            if value is None or symbolic.is_static(value):
+                return False  # unknown rank, or static (fold.py's case)
+            if node.op_type == "Size":
+                value = np.array(symbolic.simplify(tvm.tirx.const(1, "int64") * np.prod(value)), object)
+            outputs = [value]
+        else:
+            values = [self._value(name) if name else None for name in node.input]
+            if any(v is None for v, name in zip(values, node.input) if name):
+                return False
+            if node.op_type == "Range":
+                ramp = symbolic.emit_range(self.bb, values, self._dtype_of(node.input[0]))
+                if ramp is None:
+                    return False
+                self._nodes[node.output[0]] = ramp
+                return True
+            outputs = symbolic.evaluate(node, attrs, values, self.opset)
+            if outputs is None:
+                return False
+        dtype = _output_dtype(node, attrs, self._dtype_of(node.input[1 if node.op_type == "Where" else 0]))
+        for name, value in zip(node.output, outputs):
+            self._known[name] = value
+            self._nodes[name] = symbolic.emit(self.bb, value, dtype)
+        return True
+
+    def _dtype_of(self, name: str) -> str:
+        expr = self._nodes[name]
+        return "int64" if isinstance(expr.ty, relax.ShapeType) else str(expr.ty.dtype)
 
     def _convert_operator(self, op_name, inputs, attrs, opset):
         custom = attrs.pop("tvm_custom", {})
@@ -109,6 +162,20 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
             raise
         except Exception as err:
             raise ConversionError(f"node '{node}' ({op_name}): {_first_line(err)}") from err
+
+
+_BOOL_RESULTS = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Not"}
+
+
+def _output_dtype(node: onnx.NodeProto, attrs: dict, input_dtype: str) -> str:
+    if node.op_type in ("Shape", "Size"):
+        return "int64"
+    if node.op_type == "Cast":
+        return np.dtype(helper.tensor_dtype_to_np_dtype(attrs["to"])).name
+    if node.op_type == "ConstantOfShape":
+        fill = attrs.get("value")
+        return onnx.numpy_helper.to_array(fill).dtype.name if fill is not None else "float32"
+    return "bool" if node.op_type in _BOOL_RESULTS else input_dtype
 
 
 class _OneNode:
