@@ -23,7 +23,7 @@ from .frontends.onnx import load_model, op_histogram, to_relax
 from .frontends.onnx.loader import ModelSource
 from .graph import OpGraph, build_opgraph
 from .native_log import filtered_stderr
-from .options import CompileOptions
+from .options import CompileOptions, plan_values
 from .passes import run_pipeline
 from .runtime.artifact import Manifest, Part
 from .runtime.model import CompiledModel, load
@@ -78,10 +78,16 @@ def compile(
     tp: int = 1,
     pp: int = 1,
     micro_batches: int = 1,
+    dims: Mapping[str, Sequence[int]] | None = None,
+    plan_shape: Mapping[str, int] | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model (path or ``ModelProto``) for ``target``.
 
-    ``input_shapes`` binds dynamic input dims; ``layout="NHWC"`` converts conv layouts;
+    Input dims the model leaves unknown (``dim_param`` or unnamed) stay symbolic: one artifact
+    runs every size in their range. ``dims`` declares ranges (``{"batch": (1, 64)}``; default
+    ``DEFAULT_DIM_RANGE``), ``plan_shape`` the size costs and placement assume for a dim
+    (default: the range's low end); ``input_shapes`` binds dims statically (the fastest code
+    for one shape). ``layout="NHWC"`` converts conv layouts;
     ``base_dir`` locates external data for a ``ModelProto``; ``constant_inputs`` freezes graph
     inputs to the given values (for inputs that decide output shapes: axes, pads, shapes).
     ``database`` is a tuning database written by ``hetc.tune``: tuned kernels replace the
@@ -106,7 +112,9 @@ def compile(
                              {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout, num_threads,
                              None if database is None else str(database), tuple(arch),
                              None if precision is None else str(precision),
-                             None if calibration is None else str(calibration))
+                             None if calibration is None else str(calibration),
+                             {k: (int(v[0]), int(v[1])) for k, v in (dims or {}).items()},
+                             {k: int(v) for k, v in (plan_shape or {}).items()})
     if (precision is not None or calibration is not None) and not any(t.backend.offload for t in targets):
         raise UsageError("--precision and --calibration choose the number types of FPGA regions; "
                          "add the fpga target (--target fpga,cpu)")
@@ -135,10 +143,10 @@ def _import(model: ModelSource, targets: list[Target], options: CompileOptions,
             base_dir: str | os.PathLike | None, constant_inputs):
     """Load and convert the model: (loaded model, Relax module, op graph, {"import": seconds})."""
     start = time.perf_counter()
-    loaded = load_model(model, options.input_shapes, base_dir, constant_inputs)
+    loaded = load_model(model, options.input_shapes, base_dir, constant_inputs, options.dims)
     mod = to_relax(loaded)
     times = {"import": time.perf_counter() - start}
-    return loaded, mod, build_opgraph(mod, targets), times
+    return loaded, mod, build_opgraph(mod, targets, plan_values(loaded.dims, options.plan_shape)), times
 
 
 def _compile_multi(model: ModelSource, targets: list[Target], options: CompileOptions, placement,
@@ -243,6 +251,7 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
                     threads=options.num_threads)],
         tvm_version=tvm.__version__, tvm_ffi_version=tvm_ffi.__version__,
         offloads=[record for o in offloads for record in o.records("main")],
+        dims={k: list(v) for k, v in loaded.dims.items()},
     )
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
     plan = {"solver": solver or ("single-target" if not offloads else "offload-supported"),
@@ -303,6 +312,7 @@ def _compile_split(model: ModelSource, targets: list[Target], options: CompileOp
                     devices=devices)],
         tvm_version=tvm.__version__, tvm_ffi_version=tvm_ffi.__version__,
         offloads=[record for o in offloads for record in o.records("main")],
+        dims={k: list(v) for k, v in loaded.dims.items()},
     )
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
     report["placement"] = {"devices": list(placed.devices), "transfers": len(moved),
@@ -327,13 +337,17 @@ def _compile_split(model: ModelSource, targets: list[Target], options: CompileOp
 def plan(model: ModelSource, target: str | Sequence[str], input_shapes: Mapping[str, Sequence[int]] | None = None,
          *, pins: Mapping[str, str] | None = None, devices: Mapping[str, str] | None = None,
          objective: str = "latency", solver: str = "auto", time_limit: float = 10.0,
-         base_dir: str | os.PathLike | None = None, constant_inputs: Mapping[str, np.ndarray] | None = None):
+         base_dir: str | os.PathLike | None = None, constant_inputs: Mapping[str, np.ndarray] | None = None,
+         dims: Mapping[str, Sequence[int]] | None = None, plan_shape: Mapping[str, int] | None = None):
     """Place the model's ops on device 0 of each target by cost, without generating code
-    (``hetc plan``): a ``hetc.placement.plan.Plan``."""
+    (``hetc plan``): a ``hetc.placement.plan.Plan``. Symbolic dims are costed at ``plan_shape``
+    (default: the low end of each one's range, ``dims``)."""
     from .placement.plan import make_plan
 
     targets = parse_targets(target)
-    options = CompileOptions(tuple(t.name for t in targets), {k: tuple(v) for k, v in (input_shapes or {}).items()})
+    options = CompileOptions(tuple(t.name for t in targets), {k: tuple(v) for k, v in (input_shapes or {}).items()},
+                             dims={k: (int(v[0]), int(v[1])) for k, v in (dims or {}).items()},
+                             plan_shape={k: int(v) for k, v in (plan_shape or {}).items()})
     with filtered_stderr():
         loaded, _, graph, _ = _import(model, targets, options, base_dir, constant_inputs)
         return make_plan(graph, targets, Path(loaded.name).name, specs=devices, pins=pins, objective=objective,

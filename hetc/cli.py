@@ -38,6 +38,37 @@ def _shapes(specs: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def dim_options(fn):
+    """--dim and --plan-shape: the ranges of symbolic dims, and the sizes costs assume."""
+    fn = click.option("--plan-shape", "plan_shape", multiple=True, metavar="DIM=SIZE",
+                      help="Size a symbolic dim is costed at for placement and planning (repeatable); "
+                           "default: the low end of its range.")(fn)
+    return click.option("--dim", "dims", multiple=True, metavar="DIM=LOW:HIGH",
+                        help="Range of a symbolic input dim (repeatable), e.g. batch=1:64; undeclared "
+                             "dims get 1:65536. The artifact runs any size in range.")(fn)
+
+
+def _dim_ranges(specs: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    from .options import parse_dim
+
+    return _unique("--dim", [parse_dim(s) for s in specs])
+
+
+def _plan_shape(specs: tuple[str, ...]) -> dict[str, int]:
+    from .options import parse_plan_shape
+
+    return _unique("--plan-shape", [parse_plan_shape(s) for s in specs])
+
+
+def _unique(option: str, pairs: list) -> dict:
+    out: dict = {}
+    for name, value in pairs:
+        if name in out:
+            raise UsageError(f"{option} given twice for '{name}'")
+        out[name] = value
+    return out
+
+
 def _constants(specs: tuple[str, ...]) -> dict[str, np.ndarray]:
     values: dict[str, np.ndarray] = {}
     for spec in specs:
@@ -162,11 +193,12 @@ _mount_parallel()
               help="Pipeline parallel: cut the model into N stages (one process each).")
 @click.option("--micro-batches", type=click.IntRange(min=1), default=1, show_default=True,
               help="With --pp: stream the batch through the stages in M slices, so the stages overlap.")
+@dim_options
 @click.option("-v", "--verbose", is_flag=True, help="Print the pass pipeline table.")
 def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_inputs, layout, threads: int,
                 database: Path | None, arch: str | None, placement: Path | None, precision: str | None,
                 calibration: Path | None, pins, device_specs, objective: str, tp: int, pp: int,
-                micro_batches: int, verbose: bool) -> None:
+                micro_batches: int, dims, plan_shape, verbose: bool) -> None:
     """Compile MODEL (ONNX) into an artifact directory."""
     from . import api
     from .options import parse_arch
@@ -186,7 +218,7 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                            placement=str(placement) if str(placement) in POLICIES else placement,
                            precision=precision, calibration=calibration, pins=_pins(pins),
                            devices=parse_device_specs(device_specs), objective=objective, tp=tp, pp=pp,
-                           micro_batches=micro_batches)
+                           micro_batches=micro_batches, dims=_dim_ranges(dims), plan_shape=_plan_shape(plan_shape))
     out = compiled.save(output)
     if compiled.manifest.parallel:
         _print_parallel(compiled.manifest, out, time.perf_counter() - start)
@@ -197,6 +229,9 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
     console.print(f"compiled {compiled.manifest.model} for {','.join(compiled.manifest.targets)}: "
                   f"{graph['nodes']} ops, {graph['flops'] / 1e9:.3f} GFLOP, "
                   f"{time.perf_counter() - start:.1f} s -> {out}")
+    if compiled.manifest.dims:
+        console.print("symbolic dims: " + ", ".join(f"{name} {low}..{high}"
+                                                    for name, (low, high) in compiled.manifest.dims.items()))
     _print_offloads(compiled.manifest)
     if "prediction" in compiled.plan:
         p = compiled.plan["prediction"]
@@ -331,8 +366,10 @@ def run_cmd(artifact: Path, inputs_path: Path, outputs_path: Path | None, refere
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the plan as JSON (a valid --placement).")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), help="Write an HTML page with the graph coloured by device.")
 @click.option("--svg", "svg_path", type=click.Path(path_type=Path), help="Write the graph coloured by device as SVG.")
+@dim_options
 def plan_cmd(model: Path, target: str, input_shapes, pins, device_specs, objective: str, solver: str,
-             time_limit: float, output: Path | None, html_path: Path | None, svg_path: Path | None) -> None:
+             time_limit: float, output: Path | None, html_path: Path | None, svg_path: Path | None,
+             dims, plan_shape) -> None:
     """Place MODEL's ops on the TARGET devices by cost and show the plan (no code generation)."""
     from . import api
     from .placement import view
@@ -340,7 +377,7 @@ def plan_cmd(model: Path, target: str, input_shapes, pins, device_specs, objecti
 
     planned = api.plan(model, target, input_shapes=_shapes(input_shapes), pins=_pins(pins),
                        devices=parse_device_specs(device_specs), objective=objective, solver=solver,
-                       time_limit=time_limit)
+                       time_limit=time_limit, dims=_dim_ranges(dims), plan_shape=_plan_shape(plan_shape))
     data = planned.to_json()
     table = Table(title=f"{data['model']}: {data['objective']} {data['predicted_seconds'] * 1e3:.3f} ms predicted "
                         f"by {data['solver']} ({data['status']})", title_justify="left")

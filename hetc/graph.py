@@ -120,27 +120,50 @@ _NO_FLOPS = {
 
 def static_tensor(ty) -> TensorInfo | None:
     """A static TensorInfo of a Relax type, or None (not a tensor, or a symbolic/unknown shape)."""
+    found = _shaped(ty)
+    return found[0] if len(found) == 1 and _is_tensor(ty) else None
+
+
+def _is_tensor(ty) -> bool:
     from tvm import relax
 
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
-        return None
-    try:
-        return TensorInfo(tuple(int(d) for d in ty.shape.values), str(ty.dtype))
-    except TypeError:
-        return None
+    return isinstance(ty, relax.TensorType)
 
 
-def _tensors(ty) -> list[TensorInfo]:
-    from tvm import relax
+def _shaped(ty, sizes=None) -> list[TensorInfo]:
+    """The tensors of a Relax type with static shapes; ``sizes`` (a ``_Sizes``) evaluates
+    symbolic dims at their representative sizes, else tensors with symbolic dims are left out."""
+    from tvm import relax, tirx
 
     if isinstance(ty, relax.TensorType) and ty.shape is not None and hasattr(ty.shape, "values"):
-        try:
-            return [TensorInfo(tuple(int(d) for d in ty.shape.values), str(ty.dtype))]
-        except TypeError:  # symbolic dim
-            return []
+        dims = [sizes(d) if sizes is not None else d for d in ty.shape.values]
+        if all(isinstance(d, (int, tirx.IntImm)) for d in dims):
+            return [TensorInfo(tuple(int(d) for d in dims), str(ty.dtype))]
+        return []
     if isinstance(ty, relax.TupleType):
-        return [t for f in ty.fields for t in _tensors(f)]
+        return [t for f in ty.fields for t in _shaped(f, sizes)]
     return []
+
+
+class _Sizes:
+    """Evaluates a dim expression with each symbolic dim bound to its representative size."""
+
+    def __init__(self, func, values: dict[str, int]) -> None:
+        from tvm import relax, tirx
+        from tvm.sym.analyzer import Analyzer
+
+        self.analyzer = Analyzer()
+        for var in relax.analysis.defined_symbolic_vars(func):
+            if var.name in values:
+                self.analyzer.bind(var, tirx.const(int(values[var.name]), "int64"))
+
+    def __call__(self, dim):
+        from tvm import tirx
+
+        if isinstance(dim, (int, tirx.IntImm)):
+            return int(dim)
+        dim = self.analyzer.simplify(dim)
+        return int(dim.value) if isinstance(dim, tirx.IntImm) else dim
 
 
 def node_flops(op: str, ins: Sequence[TensorInfo], outs: Sequence[TensorInfo], attrs=None) -> int:
@@ -154,15 +177,22 @@ def node_flops(op: str, ins: Sequence[TensorInfo], outs: Sequence[TensorInfo], a
     return sum(t.size for t in outs)
 
 
-def build_opgraph(mod, targets: Sequence = ()) -> OpGraph:
+def build_opgraph(mod, targets: Sequence = (), sizes: dict[str, int] | None = None) -> OpGraph:
     """Build the OpGraph of ``mod['main']`` (a high-level Relax module, before legalization).
 
     ``targets`` are ``hetc.targets.Target``s; each node records whether each supports it.
+    ``sizes`` gives each symbolic dim (by name) the size its tensors are costed at; tensors
+    with dims it does not give are left out of the node.
     """
     import tvm
     from tvm import relax
 
     func = mod["main"]
+    at = _Sizes(func, sizes or {})
+
+    def tensors(ty) -> list[TensorInfo]:  # at the representative sizes
+        return _shaped(ty, at)
+
     producers: dict[object, list[int]] = {}  # relax Var -> producing node ids
     nodes: list[OpNode] = []
     params = param_bytes = 0
@@ -184,18 +214,18 @@ def build_opgraph(mod, targets: Sequence = ()) -> OpGraph:
                 for arg in args:
                     if isinstance(arg, tvm.ir.GenericConst) and arg not in seen_consts:
                         seen_consts.add(arg)
-                        info = _tensors(arg.ty)
+                        info = tensors(arg.ty)
                         params += sum(t.size for t in info)
                         param_bytes += sum(t.nbytes for t in info)
-                ins = [t for a in args for t in _tensors(a.ty)]
-                outs = _tensors(var.ty)
+                ins = [t for a in args for t in tensors(a.ty)]
+                outs = tensors(var.ty)
                 op = str(value.op.name)
                 node = OpNode(len(nodes), var.name, op, ins, outs,
                               sorted({p for a in args for p in preds_of(a)}),
                               node_flops(op, ins, outs, value.attrs),
                               weight_bytes=sum(t.nbytes for a in args if isinstance(a, tvm.ir.GenericConst)
-                                               for t in _tensors(a.ty)),
-                              input_bytes=sum(t.nbytes for a in args if a in model_inputs for t in _tensors(a.ty)))
+                                               for t in tensors(a.ty)),
+                              input_bytes=sum(t.nbytes for a in args if a in model_inputs for t in tensors(a.ty)))
                 node.supported_by = {t.name: bool(t.backend.supports(node)) for t in targets}
                 nodes.append(node)
                 producers[var] = [node.id]
@@ -204,5 +234,5 @@ def build_opgraph(mod, targets: Sequence = ()) -> OpGraph:
     result = func.body.body
     for field_ in (result.fields if isinstance(result, relax.Tuple) else [result]):
         for i in preds_of(field_):
-            nodes[i].output_bytes += sum(t.nbytes for t in _tensors(field_.ty))
+            nodes[i].output_bytes += sum(t.nbytes for t in tensors(field_.ty))
     return OpGraph(nodes, params, param_bytes)

@@ -25,6 +25,10 @@ class CompileOptions:
     # such as "ap_fixed<16,6>", or a JSON file of per-layer types (docs/fpga.md); None = float
     precision: str | None = None
     calibration: str | None = None  # .npz of model inputs for choosing fixed-point ranges
+    # symbolic input dims: name -> (low, high) (--dim batch=1:64); undeclared ones get the default range
+    dims: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # a representative size per symbolic dim, for costs, placement and planning (--plan-shape batch=8)
+    plan_shape: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -39,6 +43,10 @@ class CompileOptions:
                     raise UsageError(f"invalid arch {arch!r}; expected sm_XX (e.g. sm_90) or a device: "
                                      f"{', '.join(all_specs())}")
 
+        for name, value in self.plan_shape.items():
+            low, high = self.dims.get(name, (0, None))
+            if value < max(low, 0) or (high is not None and value > high):
+                raise UsageError(f"--plan-shape {name}={value} is outside the dim's range {low}..{high}")
         if self.calibration is not None:
             if self.precision not in (None, "fixed"):
                 raise UsageError("--calibration chooses fixed-point types: use it with --precision fixed "
@@ -69,6 +77,32 @@ def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
     if not sep or not name or not shape or any(d < 0 for d in shape):
         raise UsageError(f"invalid --input-shape {spec!r}; expected NAME=D0,D1,... with dims >= 0")
     return name, shape
+
+
+def parse_dim(spec: str) -> tuple[str, tuple[int, int]]:
+    """``"batch=1:64"`` -> ("batch", (1, 64)); ``"seq=128"`` -> ("seq", (128, 128))."""
+    name, sep, value = spec.partition("=")
+    low, colon, high = value.partition(":")
+    try:
+        bounds = (int(low), int(high if colon else low))
+    except ValueError:
+        bounds = (-1, -1)
+    if not sep or not name.strip() or not 0 <= bounds[0] <= bounds[1]:
+        raise UsageError(f"invalid --dim {spec!r}; expected NAME=LOW:HIGH with 0 <= LOW <= HIGH (e.g. batch=1:64)")
+    return name.strip(), bounds
+
+
+def parse_plan_shape(spec: str) -> tuple[str, int]:
+    """``"seq=128"`` -> ("seq", 128): the size costs and placement assume for a symbolic dim."""
+    name, sep, value = spec.partition("=")
+    if not sep or not name.strip() or not value.strip().isdigit():
+        raise UsageError(f"invalid --plan-shape {spec!r}; expected NAME=SIZE (e.g. seq=128)")
+    return name.strip(), int(value)
+
+
+def plan_values(dims: dict[str, tuple[int, int]], plan_shape: dict[str, int]) -> dict[str, int]:
+    """The size each symbolic dim is costed at: ``plan_shape``, else its range's low end (at least 1)."""
+    return {name: plan_shape.get(name, min(max(low, 1), high)) for name, (low, high) in dims.items()}
 
 
 def parse_arch(spec: str | None) -> tuple[str, ...]:

@@ -83,13 +83,14 @@ class Manifest:
     # tensor/pipeline parallel artifacts (hetc.parallel): kind, ranks and what each rank runs,
     # sends and receives; written only when there is one (docs/parallel.md)
     parallel: dict = field(default_factory=dict)
+    # symbolic input dims -> [low, high] (inputs' shapes name them); written only when there are any
+    dims: dict[str, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         data = asdict(self)
-        if not self.offloads:
-            del data["offloads"]
-        if not self.parallel:
-            del data["parallel"]
+        for optional in ("offloads", "parallel", "dims"):
+            if not data[optional]:
+                del data[optional]
         # "devices" is written only for split parts: one-device manifests read as before.
         data["parts"] = [{k: v for k, v in part.items() if k != "devices" or v} for part in data["parts"]]
         data["inputs"] = [s.to_json() for s in self.inputs]
@@ -111,6 +112,7 @@ class Manifest:
             files={str(k): str(v) for k, v in data["files"].items()},
             offloads=[Offload(**o) for o in data.get("offloads", [])],
             parallel=dict(data.get("parallel", {})),
+            dims={str(k): [int(v[0]), int(v[1])] for k, v in data.get("dims", {}).items()},
         )
 
 

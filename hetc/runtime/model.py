@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import ArtifactError, HetcError, InputError, last_line
 from ..targets import get_target
 from .artifact import Manifest, read_manifest, write_artifact
+from .standalone import shape_problem
 
 
 @dataclass
@@ -48,9 +49,11 @@ class CompiledModel:
             array = np.asarray(inputs[name])
             if array.dtype.name != spec.dtype:
                 raise InputError(f"input '{name}' has dtype {array.dtype.name}, expected {spec.dtype}")
-            if tuple(array.shape) != spec.shape:
-                raise InputError(f"input '{name}' has shape {list(array.shape)}, expected {list(spec.shape)}")
             arrays.append(array)
+        problem = shape_problem([s.to_json() for s in expected.values()], [a.shape for a in arrays],
+                                self.manifest.dims)
+        if problem:
+            raise InputError(problem)
         return arrays
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -62,11 +62,48 @@ def _check_specs(value, field: str) -> list[dict]:
     ok = isinstance(value, list) and all(
         isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("dtype"), str)
         and isinstance(s.get("shape"), list)
-        and all(d is None or isinstance(d, int) for d in s["shape"])  # None: data-dependent output dim
+        # None: an output dim ONNX cannot name; str: a symbolic dim (its range is in "dims")
+        and all(d is None or isinstance(d, (int, str)) for d in s["shape"])
         for s in value)
     if not ok:
         raise TypeError(field)
     return value
+
+
+def _check_dims(value) -> dict:
+    if not (isinstance(value, dict) and all(
+            isinstance(k, str) and isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v)
+            for k, v in value.items())):
+        raise TypeError("dims")
+    return value
+
+
+def shape_problem(specs: list[dict], shapes: list[tuple], dims: dict) -> str | None:
+    """Why ``shapes`` (one per input, in order) do not fit the inputs ``specs`` (dicts with
+    name, shape) and the symbolic dims' ranges ``dims`` ({name: [low, high]}), or None.
+
+    A symbolic dim must lie in its range and be the same size in every input that has it."""
+    seen: dict[str, tuple[int, str]] = {}
+    for spec, shape in zip(specs, shapes):
+        name, want = spec["name"], list(spec["shape"])
+        shown = "[" + ", ".join(str(d) for d in want) + "]"
+        if len(shape) != len(want):
+            return (f"input '{name}' has rank {len(shape)} (shape {list(shape)}), expected rank {len(want)}: "
+                    f"{shown}")
+        for axis, (size, dim) in enumerate(zip(shape, want)):
+            if isinstance(dim, int):
+                if size != dim:
+                    return f"input '{name}' dim {axis} is {size}, expected {dim} (shape {list(shape)}, expected {shown})"
+                continue
+            low, high = dims.get(dim, (0, 2**63 - 1))
+            if not low <= size <= high:
+                return (f"input '{name}' dim {axis} ('{dim}') is {size}, outside its range {low}..{high} "
+                        f"(compile with --dim {dim}=LOW:HIGH to change it)")
+            if dim in seen and seen[dim][0] != size:
+                return (f"input '{name}' dim {axis} ('{dim}') is {size}, but input '{seen[dim][1]}' has "
+                        f"{dim} = {seen[dim][0]}")
+            seen.setdefault(dim, (size, name))
+    return None
 
 
 def _check_parts(value) -> list[dict]:
@@ -103,6 +140,7 @@ def read_manifest(root: Path) -> dict:
         _check_specs(data.get("inputs"), "inputs")
         _check_specs(data.get("outputs"), "outputs")
         _check_parts(data.get("parts"))
+        _check_dims(data.get("dims", {}))
         files = data.get("files")
         if not (isinstance(files, dict) and all(isinstance(v, str) for v in files.values())):
             raise TypeError("files")
@@ -123,8 +161,9 @@ def read_manifest(root: Path) -> dict:
     return data
 
 
-def read_inputs(path: Path, specs: list[dict], np) -> list:
-    """The arrays of ``path`` (.npz) in manifest input order, checked by name, dtype and shape."""
+def read_inputs(path: Path, specs: list[dict], np, dims: dict | None = None) -> list:
+    """The arrays of ``path`` (.npz) in manifest input order, checked by name, dtype and shape
+    (``dims``: the manifest's symbolic dim ranges)."""
     if not path.is_file():
         raise RunError(f"{path}: no such inputs file")
     if not zipfile.is_zipfile(path):
@@ -147,9 +186,10 @@ def read_inputs(path: Path, specs: list[dict], np) -> list:
         array = given[spec["name"]]
         if array.dtype.name != spec["dtype"]:
             raise RunError(f"input '{spec['name']}' has dtype {array.dtype.name}, expected {spec['dtype']}")
-        if list(array.shape) != spec["shape"]:
-            raise RunError(f"input '{spec['name']}' has shape {list(array.shape)}, expected {spec['shape']}")
         arrays.append(np.ascontiguousarray(array))
+    problem = shape_problem(specs, [a.shape for a in arrays], dims or {})
+    if problem:
+        raise RunError(problem)
     return arrays
 
 
@@ -300,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
     if len(manifest["parts"]) != 1:
         raise RunError(f"{root}: {len(manifest['parts'])} parts; this runner runs single-part artifacts")
     np, tvm, tvm_ffi, vm_class = import_runtime()
-    arrays = read_inputs(Path(args.inputs), manifest["inputs"], np)
+    arrays = read_inputs(Path(args.inputs), manifest["inputs"], np, manifest.get("dims", {}))
     built = (manifest.get("tvm_version"), manifest.get("tvm_ffi_version"))
     if built != (tvm.__version__, tvm_ffi.__version__):
         raise RunError(f"{root}: built with TVM {built[0]} / tvm-ffi {built[1]}, this runtime is TVM "

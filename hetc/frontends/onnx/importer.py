@@ -186,8 +186,12 @@ class _OneNode:
 
 
 def to_relax(model: LoadedModel) -> tvm.IRModule:
-    """Convert a loaded, shape-bound model to a Relax IRModule with weights as constants."""
-    shapes = {spec.name: list(spec.shape) for spec in model.inputs}
+    """Convert a loaded model to a Relax IRModule with weights as constants; each symbolic
+    input dim is one int64 TIR variable of its name, known to lie in its declared range."""
+    symbols = {name: tvm.tirx.Var(name, "int64") for name in model.dims}
+    for name, (low, high) in model.dims.items():
+        symbolic.declare(symbols[name], low, high)
+    shapes = {spec.name: [symbols[d] if isinstance(d, str) else d for d in spec.shape] for spec in model.inputs}
     dtypes = {spec.name: spec.dtype for spec in model.inputs}
     importer = HetcGraphImporter(shapes, dtypes, keep_params_in_input=False, sanitize=True)
     # TVM prints the failing node to stdout before re-raising and warns on every renamed

@@ -3,16 +3,19 @@
 Loading is strict and happens before any conversion: the file must parse, every op must
 have a converter (all missing ones are reported at once), the ONNX checker and strict shape
 inference must pass, external data may only come from inside the model's directory, and
-every input dim must be static once ``input_shapes`` are bound.
+and input dims not bound by ``input_shapes`` stay symbolic: named by their ONNX ``dim_param``
+(the same name is the same dim across inputs), or ``<input>_<axis>`` where the model leaves a
+dim unnamed, each with a range (``dims``, else ``DEFAULT_DIM_RANGE``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,14 +31,19 @@ from .fold import fold_shape_computations
 ModelSource = str | os.PathLike | onnx.ModelProto
 log = logging.getLogger(__name__)
 
+# The range of a symbolic dim the user did not declare with --dim NAME=LO:HI (API: dims=).
+DEFAULT_DIM_RANGE = (1, 65536)
+_DIM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A graph input or output: name, shape, numpy dtype name. Inputs are always static; an
-    output dim whose size depends on the data (Unique, NonZero) is None."""
+    """A graph input or output: name, shape, numpy dtype name. A dim is an int (static), the
+    name of a symbolic dim (``"batch"``; inputs, and outputs where ONNX infers it), or None (an
+    output dim ONNX cannot express: data-dependent as in NonZero, or an expression of dims)."""
 
     name: str
-    shape: tuple[int | None, ...]
+    shape: tuple[int | str | None, ...]
     dtype: str
 
     def to_json(self) -> dict:
@@ -43,19 +51,20 @@ class TensorSpec:
 
     @classmethod
     def from_json(cls, data: Mapping) -> TensorSpec:
-        return cls(str(data["name"]), tuple(None if d is None else int(d) for d in data["shape"]),
-                   str(data["dtype"]))
+        return cls(str(data["name"]), tuple(d if d is None or isinstance(d, str) else int(d)
+                                            for d in data["shape"]), str(data["dtype"]))
 
 
 @dataclass
 class LoadedModel:
-    """A validated model with all input shapes bound and shapes inferred."""
+    """A validated model with input shapes bound or symbolic, and shapes inferred."""
 
     proto: onnx.ModelProto
     name: str  # file stem or graph name, for messages
     opset: int
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
+    dims: dict[str, tuple[int, int]] = field(default_factory=dict)  # symbolic dim -> (low, high)
 
 
 def _first_line(err: BaseException) -> str:
@@ -204,6 +213,7 @@ def graph_inputs(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
 
 
 def _bind_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], label: str) -> None:
+    """Fix the dims ``shapes`` gives; name every other unknown dim (in place)."""
     feeds = graph_inputs(model)
     unknown = sorted(set(shapes) - set(feeds))
     if unknown:
@@ -232,18 +242,43 @@ def _bind_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], la
             raise ShapeError(f"{label}: input '{name}' has unknown rank; bind it with "
                              f"--input-shape {name}=D0,D1,...")
         for i, dim in enumerate(tensor_type.shape.dim):
-            if not dim.HasField("dim_value"):
-                sym = f" ('{dim.dim_param}')" if dim.dim_param else ""
-                raise ShapeError(f"{label}: input '{name}' dim {i}{sym} is dynamic; bind it with "
-                                 f"--input-shape {name}=D0,D1,... (API: input_shapes=)")
+            if dim.HasField("dim_value"):
+                continue
+            if not dim.dim_param:
+                dim.dim_param = re.sub(r"\W", "_", f"{name}_{i}")
+            elif not _DIM_NAME.fullmatch(dim.dim_param):
+                raise ShapeError(f"{label}: input '{name}' dim {i} is named '{dim.dim_param}', which is not "
+                                 f"a plain name; bind it with --input-shape {name}=D0,D1,...")
+
+
+def _symbolic_dims(model: onnx.ModelProto, ranges: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, int]]:
+    """Each symbolic input dim's (low, high): declared, else ``DEFAULT_DIM_RANGE``."""
+    names = {d.dim_param for v in graph_inputs(model).values() for d in v.type.tensor_type.shape.dim
+             if not d.HasField("dim_value")}
+    unknown = sorted(set(ranges) - names)
+    if unknown:
+        have = ", ".join(sorted(names)) or "none (every input dim is static)"
+        raise UsageError(f"--dim names unknown dim(s) {', '.join(unknown)}; the model's symbolic dims: {have}")
+    result = {n: tuple(int(v) for v in ranges.get(n, DEFAULT_DIM_RANGE)) for n in sorted(names)}
+    for name, (low, high) in result.items():
+        if not 0 <= low <= high:
+            raise UsageError(f"--dim {name}={low}:{high}: the range must have 0 <= low <= high")
+    return result
+
+
+def _input_spec(value: onnx.ValueInfoProto, label: str) -> TensorSpec:
+    dims = value.type.tensor_type.shape.dim
+    return TensorSpec(value.name, tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims),
+                      _dtype(value, label))
 
 
 def _output_spec(value: onnx.ValueInfoProto, label: str) -> TensorSpec:
     if not value.type.tensor_type.HasField("shape"):
         raise ShapeError(f"{label}: the rank of output '{value.name}' could not be inferred")
     dims = value.type.tensor_type.shape.dim
-    return TensorSpec(value.name, tuple(int(d.dim_value) if d.HasField("dim_value") else None for d in dims),
-                      _dtype(value, label))
+    return TensorSpec(value.name, tuple(int(d.dim_value) if d.HasField("dim_value")
+                                        else d.dim_param if _DIM_NAME.fullmatch(d.dim_param) else None
+                                        for d in dims), _dtype(value, label))
 
 
 def _infer_shapes(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
@@ -303,9 +338,11 @@ def freeze_inputs(model: onnx.ModelProto, values: Mapping[str, np.ndarray], labe
 
 def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
                base_dir: str | os.PathLike | None = None,
-               constant_inputs: Mapping[str, np.ndarray] | None = None) -> LoadedModel:
+               constant_inputs: Mapping[str, np.ndarray] | None = None,
+               dims: Mapping[str, Sequence[int]] | None = None) -> LoadedModel:
     """Read, validate and shape-bind a model from a path or a ``ModelProto``; inputs named in
-    ``constant_inputs`` become constants with those values."""
+    ``constant_inputs`` become constants with those values; ``dims`` gives symbolic dims their
+    (low, high) range."""
     model, label = read_model(source, base_dir)
     if constant_inputs:
         freeze_inputs(model, constant_inputs, label)
@@ -315,9 +352,9 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     except (onnx.checker.ValidationError, ValueError) as err:
         raise ModelLoadError(f"{label}: invalid ONNX model: {_first_line(err)}") from err
     _bind_shapes(model, input_shapes or {}, label)
+    ranges = _symbolic_dims(model, dims or {})
     model = _infer_shapes(model, label)
     fold_shape_computations(model, model_opset(model))
-    inputs = [TensorSpec(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim), _dtype(v, label))
-              for v in graph_inputs(model).values()]
+    inputs = [_input_spec(v, label) for v in graph_inputs(model).values()]
     outputs = [_output_spec(v, label) for v in model.graph.output]
-    return LoadedModel(model, label, model_opset(model), inputs, outputs)
+    return LoadedModel(model, label, model_opset(model), inputs, outputs, ranges)
