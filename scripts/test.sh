@@ -7,8 +7,10 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e '.[test]'
-# torch only exports the acceptance models (tests marked `torch`); they skip without it.
-.venv/bin/pip install -q torch==2.13.0 || echo "torch==2.13.0 not installable here: torch tests will skip"
+# torch (and transformers' model definitions) only export the acceptance models (tests marked
+# `torch`); they skip without them.
+.venv/bin/pip install -q torch==2.13.0 transformers==5.24.0 \
+  || echo "torch==2.13.0 / transformers==5.24.0 not installable here: torch tests will skip"
 if [ "$#" -eq 0 ]; then
   set -- -m "not slow"
 fi

@@ -137,12 +137,6 @@ def _dynamic_mlp():
     return make([node], [tensor("x", ("batch", 8))], [tensor("y", ("batch", 4))], {"w": w}), w
 
 
-def test_dynamic_dim_must_be_bound():
-    model, _ = _dynamic_mlp()
-    with pytest.raises(ShapeError, match=r"input 'x' dim 0 \('batch'\) is dynamic.*--input-shape"):
-        hetc.compile(model)
-
-
 def test_input_shapes_bind_dynamic_dims():
     model, w = _dynamic_mlp()
     compiled = hetc.compile(model, input_shapes={"x": (3, 8)})
