@@ -3,6 +3,7 @@
 Defines, in plain torch (no torchvision / transformers), randomly initialised but seeded:
 
 * ``resnet18``     -- torchvision's ResNet-18 (BasicBlock, [2, 2, 2, 2], 1000 classes)
+* ``resnet50``     -- torchvision's ResNet-50 (Bottleneck, [3, 4, 6, 3], 1000 classes)
 * ``mobilenet_v2`` -- torchvision's MobileNetV2 (inverted residuals, ReLU6, width 1.0)
 * ``bert_encoder`` -- a small post-LN BERT encoder (hidden 256, 4 heads, 4 layers, seq 64)
 
@@ -61,6 +62,8 @@ def _conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> l
 class BasicBlock(nn.Module):
     """Two 3x3 conv-BN layers with an identity (or 1x1 conv-BN) shortcut."""
 
+    expansion = 1
+
     def __init__(self, cin: int, cout: int, stride: int) -> None:
         super().__init__()
         self.conv1, self.bn1 = _conv_bn(cin, cout, 3, stride)
@@ -75,23 +78,48 @@ class BasicBlock(nn.Module):
         return self.relu(self.bn2(self.conv2(out)) + identity)
 
 
-class ResNet18(nn.Module):
-    """torchvision ``resnet18`` layout: stem, four stages of two BasicBlocks, pool, fc."""
+class Bottleneck(nn.Module):
+    """1x1 reduce, 3x3 (stride here, as torchvision v1.5), 1x1 expand x4, with a shortcut."""
 
-    def __init__(self, num_classes: int = 1000) -> None:
+    expansion = 4
+
+    def __init__(self, cin: int, width: int, stride: int) -> None:
+        super().__init__()
+        cout = width * self.expansion
+        self.conv1, self.bn1 = _conv_bn(cin, width, 1)
+        self.conv2, self.bn2 = _conv_bn(width, width, 3, stride)
+        self.conv3, self.bn3 = _conv_bn(width, cout, 1)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = (nn.Sequential(*_conv_bn(cin, cout, 1, stride))
+                           if stride != 1 or cin != cout else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        return self.relu(self.bn3(self.conv3(out)) + identity)
+
+
+class ResNet(nn.Module):
+    """torchvision's ResNet layout: stem, four stages of blocks, pool, fc (``resnet18``:
+    BasicBlock [2, 2, 2, 2]; ``resnet50``: Bottleneck [3, 4, 6, 3])."""
+
+    def __init__(self, block: type[nn.Module] = BasicBlock, depths=(2, 2, 2, 2), num_classes: int = 1000) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
         self.bn1 = nn.BatchNorm2d(64)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         stages, cin = [], 64
-        for i, cout in enumerate((64, 128, 256, 512)):
-            stride = 1 if i == 0 else 2
-            stages.append(nn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)))
-            cin = cout
+        for i, (width, depth) in enumerate(zip((64, 128, 256, 512), depths)):
+            blocks = []
+            for j in range(depth):
+                blocks.append(block(cin, width, 2 if i > 0 and j == 0 else 1))
+                cin = width * block.expansion
+            stages.append(nn.Sequential(*blocks))
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(512, num_classes)
+        self.fc = nn.Linear(cin, num_classes)
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -249,22 +277,37 @@ def bert_encoder(seq_len: int = 64, vocab: int = 1000) -> tuple[nn.Module, Input
     return model.eval(), {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
+class ResNet18(ResNet):
+    """torchvision ``resnet18``."""
+
+
+class ResNet50(ResNet):
+    """torchvision ``resnet50``."""
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__(Bottleneck, (3, 4, 6, 3), num_classes)
+
+
 MODELS: dict[str, Callable[[], tuple[nn.Module, Inputs]]] = {
     "resnet18": _image_model(ResNet18),
+    "resnet50": _image_model(ResNet50),
     "mobilenet_v2": _image_model(MobileNetV2),
     "small_cnn": _image_model(SmallCNN, 32),
     "bert_encoder": bert_encoder,
 }
 """name -> builder of (eval-mode model, example inputs in forward-argument order)."""
-OUTPUT_NAMES: dict[str, list[str]] = {"resnet18": ["logits"], "mobilenet_v2": ["logits"], "small_cnn": ["logits"],
+OUTPUT_NAMES: dict[str, list[str]] = {"resnet18": ["logits"], "resnet50": ["logits"], "mobilenet_v2": ["logits"],
+                                      "small_cnn": ["logits"],
                                       "bert_encoder": ["last_hidden_state", "pooler_output"]}
 
 
-def export(name: str, out_dir: Path, *, fold_batchnorm: bool = False) -> tuple[Path, Path]:
+def export(name: str, out_dir: Path, *, fold_batchnorm: bool = False, dynamic_batch: bool = False
+           ) -> tuple[Path, Path]:
     """Export model ``name`` to ``out_dir/<name>.onnx`` plus ``out_dir/<name>_inputs.npz``.
 
     With ``fold_batchnorm`` the exporter fuses BatchNorm into the preceding Conv (torch's
-    eval-mode peephole); by default BatchNormalization nodes are kept in the graph.
+    eval-mode peephole); by default BatchNormalization nodes are kept in the graph. With
+    ``dynamic_batch`` axis 0 of every input and output is the symbolic dim ``batch``.
     """
     import numpy as np
     import onnx
@@ -282,7 +325,9 @@ def export(name: str, out_dir: Path, *, fold_batchnorm: bool = False) -> tuple[P
         torch.onnx.export(model, tuple(inputs.values()), str(onnx_path), dynamo=False,
                           opset_version=OPSET, input_names=list(inputs),
                           output_names=OUTPUT_NAMES[name], training=mode,
-                          do_constant_folding=True, external_data=False)
+                          do_constant_folding=True, external_data=False,
+                          dynamic_axes={n: {0: "batch"} for n in [*inputs, *OUTPUT_NAMES[name]]}
+                          if dynamic_batch else None)
     proto = onnx.load(str(onnx_path))
     proto.ir_version = min(proto.ir_version, IR_VERSION)
     proto.producer_name = "hetc-examples/torch"

@@ -377,8 +377,10 @@ def _dims(value) -> list[int | str]:
 
 
 def inspect_model(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                  target: str | Sequence[str] | None = None) -> Inspection:
-    """Summarize a model without compiling it; never fails on unsupported ops or dynamic dims."""
+                  target: str | Sequence[str] | None = None,
+                  plan_shape: Mapping[str, int] | None = None) -> Inspection:
+    """Summarize a model without compiling it; never fails on unsupported ops or dynamic dims.
+    The op graph's symbolic dims are costed at ``plan_shape`` (default: 1 each)."""
     from .frontends.onnx.importer import converter_source
     from .frontends.onnx.loader import model_opset, read_model
     from .targets import all_targets
@@ -398,7 +400,8 @@ def inspect_model(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] 
                         describe(proto.graph.input), describe(proto.graph.output), dict(ops.most_common()),
                         {op: converter_source(op, opset) for op in ops}, [t.name for t in targets])
     try:
-        result.graph = build_opgraph(to_relax(load_model(proto, input_shapes)), targets)
+        loaded = load_model(proto, input_shapes)
+        result.graph = build_opgraph(to_relax(loaded), targets, plan_values(loaded.dims, dict(plan_shape or {})))
     except HetcError as err:
         result.graph_error = str(err)
     return result

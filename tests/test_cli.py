@@ -107,7 +107,8 @@ def _bad_models(tmp_path, examples):
         "truncated": (["compile", tmp_path / "truncated.onnx"], 1, ["truncated.onnx"]),
         "not onnx": (["compile", tmp_path / "text.onnx"], 1, ["text.onnx"]),
         "unknown op": (["compile", tmp_path / "unknown.onnx"], 1, ["unsupported op", "Frobnicate"]),
-        "dynamic": (["compile", tmp_path / "dynamic.onnx"], 1, ["'batch'", "--input-shape"]),
+        "unknown dim": (["compile", tmp_path / "dynamic.onnx", "--dim", "seq=1:4"], 2, ["unknown dim", "seq", "batch"]),
+        "bad dim range": (["compile", tmp_path / "dynamic.onnx", "--dim", "batch=8:2"], 2, ["--dim", "batch=8:2"]),
         "bad target": (["compile", examples / "mlp.onnx", "--target", "tpu"], 2, ["unknown target 'tpu'"]),
         "bad shape": (["compile", examples / "mlp.onnx", "--input-shape", "x=1,a"], 2, ["--input-shape"]),
         "bad layout": (["compile", examples / "mlp.onnx", "--layout", "NCHWc"], 2, ["NCHWc"]),
@@ -115,7 +116,7 @@ def _bad_models(tmp_path, examples):
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "truncated", "not onnx", "unknown op", "dynamic", "bad target",
+@pytest.mark.parametrize("case", ["missing", "truncated", "not onnx", "unknown op", "unknown dim", "bad dim range", "bad target",
                                   "bad shape", "bad layout", "no output"])
 def test_compile_errors(case, examples, tmp_path):
     args, code, fragments = _bad_models(tmp_path, examples)[case]

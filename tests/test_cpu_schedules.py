@@ -13,6 +13,9 @@ from onnx import helper, numpy_helper
 from onnx_util import make, tensor
 
 import hetc
+from hetc.backends.cpu.codegen import llvm_target
+from hetc.options import CompileOptions
+from hetc.backends.cpu.schedules import simd_lanes
 from hetc.backends.cpu.schedules.gemm import choose_tile, is_box, tile_candidates
 
 RNG = np.random.default_rng(0)
@@ -57,6 +60,8 @@ def _conv_pool_model(pool, **attrs):
                 {i.name: numpy_helper.to_array(i) for i in conv.graph.initializer})
 
 
+_LANES = simd_lanes(llvm_target(CompileOptions()))
+
 CASES = {
     # name: (model, rule every heavy kernel must get)
     "conv3x3_batch2_odd": (lambda: _conv_model(2, 3, 15, 13, 16, 3, pad=1, relu=True), "contraction"),
@@ -71,8 +76,10 @@ CASES = {
     "depthwise3x3_stride2": (lambda: _conv_model(2, 48, 15, 15, 48, 3, stride=2, pad=1, group=48),
                              "sliding-window"),
     "depthwise5x5_prime_width": (lambda: _conv_model(1, 16, 13, 13, 16, 5, pad=2, group=16), "sliding-window"),
-    # 24 channels are not whole vectors: the contraction rule's half-vector tiles take it
-    "depthwise_24_channels": (lambda: _conv_model(1, 24, 10, 10, 24, 3, pad=1, group=24), "contraction"),
+    # 24 channels are whole vectors on AVX2 (8 lanes) only; on AVX-512 the contraction rule's
+    # half-vector tiles take it
+    "depthwise_24_channels": (lambda: _conv_model(1, 24, 10, 10, 24, 3, pad=1, group=24),
+                              "sliding-window" if 24 % _LANES == 0 else "contraction"),
     "conv3x3_rgb_stem": (lambda: _conv_model(1, 3, 32, 32, 32, 3, stride=2, pad=1, relu=True), "contraction"),
     "grouped_conv": (lambda: _conv_model(1, 16, 8, 8, 32, 3, pad=1, group=4), None),
     "matmul_const_odd": (lambda: _single("MatMul", [[2, 37, 53]], [2, 37, 29], {"W": _w(53, 29)}), "contraction"),

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import UsageError
+from ..options import parse_plan_shape
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 
@@ -58,8 +59,10 @@ parallel = click.Group("parallel", help="Plan data, tensor and pipeline parallel
               help="Achieved fraction of the device's peak FLOP/s.")
 @click.option("--top", type=click.IntRange(min=0), default=5, show_default=True, help="Runners-up to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of tables.")
+@click.option("--plan-shape", "plan_shape", multiple=True, metavar="DIM=SIZE",
+              help="Size of an ONNX model's symbolic dim (repeatable), e.g. seq=128; default 1.")
 def plan_cmd(model: str, mesh: str, batch: int, seq: int | None, training: bool, zero: int | None,
-             memory_limit: str | None, efficiency: float, top: int, as_json: bool) -> None:
+             memory_limit: str | None, efficiency: float, top: int, as_json: bool, plan_shape) -> None:
     """Choose dp x tp x pp, micro-batches, pipeline schedule and ZeRO stage for MODEL on a mesh.
 
     MODEL is an ONNX file, a preset (gpt2-xl, gpt3-13b, gpt3-175b, bert-base, bert-large, with
@@ -75,7 +78,8 @@ def plan_cmd(model: str, mesh: str, batch: int, seq: int | None, training: bool,
         raise UsageError("--zero applies to --training only")
     options = PlanOptions(batch=batch, training=training, zero=zero, efficiency=efficiency, top=top,
                           memory_limit=parse_bytes(memory_limit) if memory_limit is not None else None)
-    search = plan_parallel(load_model(model, seq), parse_mesh(mesh), options)
+    sizes = dict(parse_plan_shape(spec) for spec in plan_shape)
+    search = plan_parallel(load_model(model, seq, sizes), parse_mesh(mesh), options)
     if as_json:
         click.echo(json.dumps(search.to_json(), indent=2))
         return

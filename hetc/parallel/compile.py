@@ -79,6 +79,7 @@ def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, b
     cpu = get_target("cpu")
     start = time.perf_counter()
     loaded = load_model(model, options.input_shapes, base_dir, constant_inputs)
+    loaded.require_static("--tp/--pp")
     model_inputs = [s.name for s in loaded.inputs]
     ranks, libraries = [], {}  # libraries: path in the artifact -> program
     if pp == 1:

@@ -207,27 +207,31 @@ def _spec_value(text: str, key: str, value: str) -> object:
     return bool(number) if key == "scores" else number
 
 
-def load_model(text: str, seq: int | None = None) -> Model:
-    """The MODEL argument of ``hetc parallel plan``: an ONNX file, or a preset / spec."""
+def load_model(text: str, seq: int | None = None, plan_shape: dict[str, int] | None = None) -> Model:
+    """The MODEL argument of ``hetc parallel plan``: an ONNX file (its symbolic dims costed at
+    ``plan_shape``), or a preset / spec."""
     path = Path(text)
     if path.is_file():
         if seq is not None:
             raise UsageError("--seq applies to presets and gpt:/bert: specs; an ONNX model has its "
-                             "own shapes")
-        return from_onnx(path)
+                             "own shapes (size its symbolic dims with --plan-shape DIM=SIZE)")
+        return from_onnx(path, plan_shape)
+    if plan_shape:
+        raise UsageError("--plan-shape sizes an ONNX model's symbolic dims; presets and specs take --seq")
     if path.suffix.lower() == ".onnx":
         raise UsageError(f"{text}: no such file")
     return parse_model(text, seq)
 
 
-def from_onnx(path: Path) -> Model:
+def from_onnx(path: Path, plan_shape: dict[str, int] | None = None) -> Model:
     """One layer per op of the model's op graph, in topological order (constant-folded ops
     become their consumers' weights). A layer's ``output_bytes`` is everything live across a
-    cut after it (its result, and earlier results read further on, e.g. residuals)."""
+    cut after it (its result, and earlier results read further on, e.g. residuals). Symbolic
+    dims are costed at ``plan_shape`` (default 1 each)."""
     from ..api import inspect_model
     from ..placement.cost import folded_nodes
 
-    info = inspect_model(path)
+    info = inspect_model(path, plan_shape=plan_shape)
     if info.graph is None:
         raise UsageError(f"{path}: no op graph to plan ({info.graph_error})")
     graph = info.graph

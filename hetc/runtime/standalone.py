@@ -93,7 +93,7 @@ def shape_problem(specs: list[dict], shapes: list[tuple], dims: dict) -> str | N
         for axis, (size, dim) in enumerate(zip(shape, want)):
             if isinstance(dim, int):
                 if size != dim:
-                    return f"input '{name}' dim {axis} is {size}, expected {dim} (shape {list(shape)}, expected {shown})"
+                    return f"input '{name}' has shape {list(shape)}, expected {shown} (dim {axis} is {size}, not {dim})"
                 continue
             low, high = dims.get(dim, (0, 2**63 - 1))
             if not low <= size <= high:

@@ -141,6 +141,7 @@ def tune(
 
     with filtered_stderr():
         loaded = load_model(model, options.input_shapes, base_dir, constant_inputs)
+        loaded.require_static("hetc tune (tuning measures kernels at one representative shape)")
         mod = to_relax(loaded)
         _check_supported(build_opgraph(mod, targets), tgt)
         mod, _ = run_pipeline(mod, support.pre_schedule_stages(options))

@@ -66,6 +66,14 @@ class LoadedModel:
     outputs: list[TensorSpec]
     dims: dict[str, tuple[int, int]] = field(default_factory=dict)  # symbolic dim -> (low, high)
 
+    def require_static(self, what: str) -> None:
+        """A UsageError unless every input dim is bound (for paths that need static shapes)."""
+        if self.dims:
+            inputs = ", ".join(f"{s.name}[{', '.join(str(d) for d in s.shape)}]" for s in self.inputs
+                               if any(isinstance(d, str) for d in s.shape))
+            raise UsageError(f"{what} needs static input shapes; bind the symbolic dims "
+                             f"({', '.join(self.dims)}) of {inputs} with --input-shape NAME=D0,D1,...")
+
 
 def _first_line(err: BaseException) -> str:
     lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
@@ -272,13 +280,15 @@ def _input_spec(value: onnx.ValueInfoProto, label: str) -> TensorSpec:
                       _dtype(value, label))
 
 
-def _output_spec(value: onnx.ValueInfoProto, label: str) -> TensorSpec:
+def _output_spec(value: onnx.ValueInfoProto, label: str, known: Mapping[str, object]) -> TensorSpec:
+    """An output's spec; a dim named after a symbolic input dim keeps its name, any other
+    unknown dim (data-dependent, or an expression) is None."""
     if not value.type.tensor_type.HasField("shape"):
         raise ShapeError(f"{label}: the rank of output '{value.name}' could not be inferred")
-    dims = value.type.tensor_type.shape.dim
+    shape = value.type.tensor_type.shape.dim
     return TensorSpec(value.name, tuple(int(d.dim_value) if d.HasField("dim_value")
-                                        else d.dim_param if _DIM_NAME.fullmatch(d.dim_param) else None
-                                        for d in dims), _dtype(value, label))
+                                        else d.dim_param if d.dim_param in known else None
+                                        for d in shape), _dtype(value, label))
 
 
 def _infer_shapes(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
@@ -356,5 +366,5 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     model = _infer_shapes(model, label)
     fold_shape_computations(model, model_opset(model))
     inputs = [_input_spec(v, label) for v in graph_inputs(model).values()]
-    outputs = [_output_spec(v, label) for v in model.graph.output]
+    outputs = [_output_spec(v, label, ranges) for v in model.graph.output]
     return LoadedModel(model, label, model_opset(model), inputs, outputs, ranges)
