@@ -15,7 +15,9 @@ in, presents out, one model for prompt and decode), compiles it once with symbol
    ``hetc.generate`` does), hetc through ``model.run`` (the whole cache copied numpy -> TVM and
    back every step: ``copy``), and onnxruntime (numpy in and out). ``copy - resident`` is the
    per-step cost of that copy, shown with the cache size;
-3. with ``--profile``: hetc's kernels at the largest past length (Relax VM profiler), the top
+3. with ``--static``: also a build with every dim bound to that step's shape (batch 1, seq 1,
+   that past length): how much the symbolic dims cost against code specialised for one shape;
+4. with ``--profile``: hetc's kernels at the largest past length (Relax VM profiler), the top
    ones by time, and the share of the cache concatenation (``concat``) that the ONNX
    past/present layout makes every step copy the whole past.
 
@@ -110,6 +112,7 @@ def main() -> int:
     parser.add_argument("--past", default="32,480", help="past lengths to time a decoding step at")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--profile", action="store_true", help="hetc's kernels at the largest past length")
+    parser.add_argument("--static", action="store_true", help="also time a build specialised for each step shape")
     parser.add_argument("--work", type=Path, help="where to write the model (default: a temporary directory)")
     parser.add_argument("--json", type=Path, default=Path("decode.json"))
     args = parser.parse_args()
@@ -159,7 +162,16 @@ def main() -> int:
             caches = {"hetc resident": [tvm.runtime.tensor(c, tvm.cpu()) for c in cache],
                       "hetc copy": cache, "ort": cache}
             step_ids, mask = np.array([[1]], np.int64), np.ones((1, past + 1), np.int64)
-            measured = time_steps(runners, step_ids, mask, caches, args.repeat)
+            timed = dict(runners)
+            if args.static:
+                shapes = {"input_ids": (1, 1), "attention_mask": (1, past + 1),
+                          **{n: cache[i].shape for i, n in enumerate(runners["ort"].past)}}
+                start = time.perf_counter()
+                timed["hetc static"] = CompiledRunner(hetc.compile(path, input_shapes=shapes))
+                result.setdefault("static_compile_s", {})[past] = time.perf_counter() - start
+                caches["hetc static"] = caches["hetc resident"]
+            measured = time_steps(timed, step_ids, mask, caches, args.repeat)
+            timed.pop("hetc static", None)
             cache_mb = sum(c.nbytes for c in cache) / 2**20
             rows.append({"past": past, "cache_mb": cache_mb, "results": measured,
                          "copy_cost_ms": measured["hetc copy"]["median_ms"] - measured["hetc resident"]["median_ms"],
