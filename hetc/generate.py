@@ -13,7 +13,10 @@ The model is one decoder step with its cache as inputs and outputs, as exporters
 past (``past_seq`` = 0), so one compiled artifact serves prefill and every decoding step.
 
 The loop is a ``Runner``: ``start(batch)`` gives the empty cache, ``step(ids, mask, cache)``
-returns ``(logits, cache)``. ``CompiledRunner`` keeps the cache in TVM tensors between steps
+returns ``(logits, cache)``, ``max_step_tokens`` is the most tokens one step takes (None: no
+limit); a longer prompt is fed in chunks of that many. A model compiled for one-token steps
+(``dims={"seq": (1, 1), ...}``: static matmuls, much faster on the CPU) thus also takes the
+prompt, one token per step. ``CompiledRunner`` keeps the cache in TVM tensors between steps
 (``resident=True``) instead of copying it to numpy and back; ``OrtRunner`` runs the same loop
 on an onnxruntime session, for reference.
 """
@@ -70,6 +73,8 @@ class CompiledRunner:
         if resident and not hasattr(runner, "call_tensors"):
             self.resident = False  # not a single Relax VM (a parallel artifact): plain run()
         self.runner = runner
+        seq = next((s.shape[1] for s in model.manifest.inputs if s.name == "input_ids" and len(s.shape) == 2), None)
+        self.max_step_tokens = seq if isinstance(seq, int) else model.manifest.dims.get(seq, (1, None))[1]
 
     def start(self, batch: int) -> list:
         by_name = {s.name: s for s in self.model.manifest.inputs}
@@ -98,6 +103,8 @@ class OrtRunner:
         self.outputs = [o.name for o in session.get_outputs()]
         self.past, self.present = cache_names(list(self.inputs), self.outputs)
         self.has_mask = "attention_mask" in self.inputs
+        seq = self.inputs["input_ids"].shape[1] if "input_ids" in self.inputs else None
+        self.max_step_tokens = seq if isinstance(seq, int) else None
 
     def start(self, batch: int) -> list:
         types = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64"}
@@ -125,8 +132,8 @@ def runner(model, resident: bool = True):
 
 def generate(model, input_ids: np.ndarray, max_new_tokens: int, *, attention_mask: np.ndarray | None = None,
              eos_token_id: int | None = None, step_seconds: list | None = None) -> np.ndarray:
-    """Greedy decoding: the prompt ``input_ids [batch, seq]`` in one step (empty past), then one
-    token per step, each step's presents fed back as the next one's past. Returns the prompt
+    """Greedy decoding: the prompt ``input_ids [batch, seq]`` in one step from an empty past (or
+    in chunks of the runner's ``max_step_tokens``), then one token per step, each step's presents fed back as the next one's past. Returns the prompt
     followed by the new tokens, ``[batch, seq + n]`` (n <= ``max_new_tokens``; fewer when every
     row has produced ``eos_token_id``; rows that finished earlier are padded with it).
 
@@ -145,13 +152,19 @@ def generate(model, input_ids: np.ndarray, max_new_tokens: int, *, attention_mas
     if mask.shape != ids.shape:
         raise InputError(f"attention_mask has shape {list(mask.shape)}, input_ids {list(ids.shape)}: they must match")
     run = runner(model)
-    batch = ids.shape[0]
+    batch, prompt = ids.shape
+    chunk = getattr(run, "max_step_tokens", None) or prompt
     cache = run.start(batch)
     tokens, step_ids = [ids], ids
     done = np.zeros(batch, bool)
-    for _ in range(max_new_tokens):
+    for i in range(max_new_tokens):
         start = time.perf_counter()
-        logits, cache = run.step(step_ids, mask, cache)
+        if i == 0:  # the prompt, in chunks of at most max_step_tokens
+            for begin in range(0, prompt, chunk):
+                end = min(begin + chunk, prompt)
+                logits, cache = run.step(ids[:, begin:end], mask[:, :end], cache)
+        else:
+            logits, cache = run.step(step_ids, mask, cache)
         if step_seconds is not None:
             step_seconds.append(time.perf_counter() - start)
         nxt = np.argmax(logits[:, -1], axis=-1).astype(np.int64)

@@ -55,6 +55,18 @@ def test_one_artifact_runs_prompt_and_steps_at_any_past_length(gpt2, batch, past
     assert got["present.1.value"].shape == (batch, 2, past + seq, 32)
 
 
+def test_one_token_build_takes_the_prompt_token_by_token(gpt2):
+    """``seq`` (and ``batch``) declared with one value are static: the weight matmuls get static
+    shapes (the CPU's contraction schedules), ``past_seq`` stays symbolic, and ``generate``
+    feeds the prompt one token per step."""
+    _, session, path = gpt2
+    compiled = hetc.compile(path, dims={**DIMS, "batch": (1, 1), "seq": (1, 1)})
+    assert compiled.manifest.inputs[0].shape == (1, 1) and compiled.manifest.outputs[0].shape == (1, 1, 1000)
+    assert set(compiled.manifest.dims) == {"past_seq", "total_seq"}
+    prompt = np.random.default_rng(2).integers(0, 1000, (1, 7))
+    np.testing.assert_array_equal(hetc.generate(compiled, prompt, 12), hetc.generate(session, prompt, 12))
+
+
 def test_padded_prompt_rows_decode_like_onnxruntime(gpt2):
     compiled, session, _ = gpt2
     prompt = np.random.default_rng(1).integers(0, 1000, (2, 5))
