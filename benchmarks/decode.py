@@ -8,16 +8,19 @@ in, presents out, one model for prompt and decode), compiles it once with symbol
 ``seq``, ``past_seq`` and ``total_seq``, then:
 
 1. greedy-decodes ``--new`` tokens after a ``--prompt``-token prompt with ``hetc.generate`` on
-   the compiled model and on an onnxruntime session: the tokens must be identical;
+   the compiled model and on an onnxruntime session: the tokens must be identical. Also on a
+   second build, ``hetc seq=1``: ``batch`` and ``seq`` declared 1:1 (static, so the weight
+   matmuls get the CPU's contraction schedules), ``past_seq`` symbolic, the prompt fed one
+   token per step: also one artifact for the whole generation;
 2. per past length in ``--past``: the cache of a prompt of that length (computed once), then
    one decoding step (1 token) timed ``--repeat`` times, runtimes taking turns run by run
    (medians): hetc with the cache left in TVM tensors between steps (``resident``, what
-   ``hetc.generate`` does), hetc through ``model.run`` (the whole cache copied numpy -> TVM and
+   ``hetc.generate`` does), the ``seq=1`` build (resident), hetc through ``model.run`` (the whole cache copied numpy -> TVM and
    back every step: ``copy``), and onnxruntime (numpy in and out). ``copy - resident`` is the
    per-step cost of that copy, shown with the cache size;
 3. with ``--static``: also a build with every dim bound to that step's shape (batch 1, seq 1,
    that past length): how much the symbolic dims cost against code specialised for one shape;
-4. with ``--profile``: hetc's kernels at the largest past length (Relax VM profiler), the top
+4. with ``--profile``: each hetc build's kernels at the largest past length (a VM instrument), the top
    ones by time, and the share of the cache concatenation (``concat``) that the ONNX
    past/present layout makes every step copy the whole past.
 
@@ -129,29 +132,35 @@ def main() -> int:
         hf_models.export_gpt2(path, args.config)
         positions = hf_models.GPT2_CONFIGS[args.config].get("n_positions", 1024)
         dims = {"batch": (1, 8), "seq": (1, positions), "past_seq": (0, positions), "total_seq": (1, positions)}
-        start = time.perf_counter()
-        model = hetc.compile(path, dims=dims)
-        result["compile_s"] = time.perf_counter() - start
-        result["compile_stages_s"] = model.report["seconds"]
+        builds: dict = {}  # name -> compiled model
+        for name, build_dims in (("hetc", dims), ("hetc seq=1", {**dims, "batch": (1, 1), "seq": (1, 1)})):
+            start = time.perf_counter()
+            builds[name] = hetc.compile(path, dims=build_dims)
+            result.setdefault("compile_s", {})[name] = time.perf_counter() - start
+            result.setdefault("compile_stages_s", {})[name] = builds[name].report["seconds"]
         session = ort_session(path, threads)
-        console.print(f"compiled in {result['compile_s']:.1f} s; generating ...")
+        console.print("compiled in " + ", ".join(f"{k} {v:.1f} s" for k, v in result["compile_s"].items())
+                      + "; generating ...")
 
         vocab = hf_models.GPT2_CONFIGS[args.config].get("vocab_size", 50257)
         prompt = np.random.default_rng(0).integers(0, vocab, (1, args.prompt))
-        for warm in (model, session):  # first calls: VM creation, thread pools
+        loops = {**builds, "ort": session}
+        for warm in loops.values():  # first calls: VM creation, thread pools
             hetc.generate(warm, prompt, 2)
-        steps: dict[str, list] = {"hetc": [], "ort": []}
-        tokens = {"hetc": hetc.generate(model, prompt, args.new, step_seconds=steps["hetc"]),
-                  "ort": hetc.generate(session, prompt, args.new, step_seconds=steps["ort"])}
-        same = bool(np.array_equal(tokens["hetc"], tokens["ort"]))
-        result["generate"] = {"tokens_identical": same, "prompt": args.prompt, "new": args.new,
-                              "hetc_tokens": tokens["hetc"][0, args.prompt:].tolist(),
-                              "ort_tokens": tokens["ort"][0, args.prompt:].tolist(),
-                              **{f"{k}_prefill_ms": v[0] * 1e3 for k, v in steps.items()},
-                              **{f"{k}_decode_ms_median": statistics.median(v[1:]) * 1e3 for k, v in steps.items()}}
+        steps: dict[str, list] = {k: [] for k in loops}
+        tokens = {k: hetc.generate(m, prompt, args.new, step_seconds=steps[k]) for k, m in loops.items()}
+        same = all(np.array_equal(t, tokens["ort"]) for t in tokens.values())
+        result["generate"] = {"tokens_identical": {k: bool(np.array_equal(t, tokens["ort"])) for k, t in tokens.items()
+                                                   if k != "ort"},
+                              "prompt": args.prompt, "new": args.new,
+                              "tokens": {k: t[0, args.prompt:].tolist() for k, t in tokens.items()},
+                              "prefill_ms": {k: v[0] * 1e3 for k, v in steps.items()},
+                              "decode_ms_median": {k: statistics.median(v[1:]) * 1e3 for k, v in steps.items()}}
 
+        model = builds["hetc"]
         runners = {"hetc resident": CompiledRunner(model, resident=True),
-                   "hetc copy": CompiledRunner(model, resident=False), "ort": OrtRunner(session)}
+                   "hetc copy": CompiledRunner(model, resident=False),
+                   "hetc seq=1": CompiledRunner(builds["hetc seq=1"]), "ort": OrtRunner(session)}
         import tvm
 
         rows = []
@@ -159,8 +168,8 @@ def main() -> int:
             console.print(f"past {past} ...")
             ids = np.random.default_rng(past).integers(0, vocab, (1, past))
             _, cache = runners["ort"].step(ids, np.ones((1, past), np.int64), runners["ort"].start(1))
-            caches = {"hetc resident": [tvm.runtime.tensor(c, tvm.cpu()) for c in cache],
-                      "hetc copy": cache, "ort": cache}
+            resident = [tvm.runtime.tensor(c, tvm.cpu()) for c in cache]
+            caches = {"hetc resident": resident, "hetc copy": cache, "hetc seq=1": resident, "ort": cache}
             step_ids, mask = np.array([[1]], np.int64), np.ones((1, past + 1), np.int64)
             timed = dict(runners)
             if args.static:
@@ -169,9 +178,8 @@ def main() -> int:
                 start = time.perf_counter()
                 timed["hetc static"] = CompiledRunner(hetc.compile(path, input_shapes=shapes))
                 result.setdefault("static_compile_s", {})[past] = time.perf_counter() - start
-                caches["hetc static"] = caches["hetc resident"]
+                caches["hetc static"] = resident
             measured = time_steps(timed, step_ids, mask, caches, args.repeat)
-            timed.pop("hetc static", None)
             cache_mb = sum(c.nbytes for c in cache) / 2**20
             rows.append({"past": past, "cache_mb": cache_mb, "results": measured,
                          "copy_cost_ms": measured["hetc copy"]["median_ms"] - measured["hetc resident"]["median_ms"],
@@ -184,7 +192,8 @@ def main() -> int:
             _, cache = runners["ort"].step(ids, np.ones((1, past), np.int64), runners["ort"].start(1))
             feeds = {"input_ids": np.array([[1]], np.int64), "attention_mask": np.ones((1, past + 1), np.int64),
                      **dict(zip(runners["ort"].past, cache))}
-            result["profile"] = {"past": past, **profile_kernels(model, [feeds[n] for n in model.input_names])}
+            result["profile"] = {name: {"past": past, **profile_kernels(m, [feeds[n] for n in m.input_names])}
+                                 for name, m in builds.items()}
 
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
                   title=f"GPT-2 {args.config} decoding step (1 token, batch 1): median of {args.repeat}, "
@@ -199,19 +208,24 @@ def main() -> int:
                           end_section=i == len(row["results"]) - 1)
     console.print(table)
     gen = result["generate"]
-    console.print(f"compile {result['compile_s']:.1f} s; {args.new} greedy tokens after a {args.prompt}-token prompt: "
-                  f"{'identical' if same else 'DIFFERENT'} (hetc vs onnxruntime); prefill ms hetc "
-                  f"{gen['hetc_prefill_ms']:.1f} / ort {gen['ort_prefill_ms']:.1f}; decode ms/token (median over the "
-                  f"run) hetc {gen['hetc_decode_ms_median']:.2f} / ort {gen['ort_decode_ms_median']:.2f}", soft_wrap=True)
-    console.print("copy: model.run, the cache copied numpy -> TVM -> numpy every step; that copy alone: "
+    console.print("hetc: symbolic batch/seq/past (one build for prompt and steps), resident cache (hetc.generate) or "
+                  "copied through numpy every step (copy: model.run); hetc seq=1: batch and seq declared 1:1 (static "
+                  "matmuls), past symbolic, the prompt fed token by token; static: every dim bound to this shape",
+                  soft_wrap=True)
+    console.print(f"{args.new} greedy tokens after a {args.prompt}-token prompt, vs onnxruntime: "
+                  + ", ".join(f"{k} {'identical' if v else 'DIFFERENT'}" for k, v in gen["tokens_identical"].items())
+                  + "; compile s: " + ", ".join(f"{k} {v:.1f}" for k, v in result["compile_s"].items())
+                  + "; prompt ms: " + ", ".join(f"{k} {v:.1f}" for k, v in gen["prefill_ms"].items())
+                  + "; decode ms/token (median of the run): "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in gen["decode_ms_median"].items()), soft_wrap=True)
+    console.print("cache copy numpy -> TVM -> numpy alone: "
                   + ", ".join(f"past {r['past']}: {r['copy_ms']:.2f} ms ({r['cache_mb']:.1f} MB)" for r in rows)
                   + "; copy - resident: " + ", ".join(f"{r['copy_cost_ms']:.2f} ms" for r in rows), soft_wrap=True)
-    if "profile" in result:
-        prof = result["profile"]
-        console.print(f"hetc kernels at past {prof['past']} ({prof['total_ms']:.1f} ms total; cache concat "
+    for name, prof in result.get("profile", {}).items():
+        console.print(f"{name} kernels at past {prof['past']} ({prof['total_ms']:.1f} ms total; cache concat "
                       f"{prof['concat_ms']:.2f} ms):", soft_wrap=True)
-        for name, ms, count in prof["kernels"]:
-            console.print(f"  {ms:8.2f} ms  {count:3d} x  {name}", soft_wrap=True, markup=False)
+        for kernel, ms, count in prof["kernels"]:
+            console.print(f"  {ms:8.2f} ms  {count:3d} x  {kernel}", soft_wrap=True, markup=False)
     args.json.write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {args.json}")
     return 0 if same else 1
