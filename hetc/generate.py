@@ -52,8 +52,8 @@ def cache_names(inputs: Sequence[str], outputs: Sequence[str]) -> tuple[list[str
 
 def _empty_cache(specs: Sequence[tuple[str, Sequence, str]], batch: int) -> list[np.ndarray]:
     """Zero-length past tensors: dim 0 is the batch, every other symbolic dim (the past length) 0."""
-    return [np.zeros([batch if axis == 0 else (d if isinstance(d, int) else 0) for axis, d in enumerate(shape)],
-                     dtype) for _, shape, dtype in specs]
+    return [np.zeros([batch if axis == 0 else (d if isinstance(d, int) else 0)
+                      for axis, d in enumerate(shape)], dtype) for _, shape, dtype in specs]
 
 
 class CompiledRunner:
@@ -73,7 +73,8 @@ class CompiledRunner:
         if resident and not hasattr(runner, "call_tensors"):
             self.resident = False  # not a single Relax VM (a parallel artifact): plain run()
         self.runner = runner
-        seq = next((s.shape[1] for s in model.manifest.inputs if s.name == "input_ids" and len(s.shape) == 2), None)
+        seq = next((s.shape[1] for s in model.manifest.inputs
+                    if s.name == "input_ids" and len(s.shape) == 2), None)
         self.max_step_tokens = seq if isinstance(seq, int) else model.manifest.dims.get(seq, (1, None))[1]
 
     def start(self, batch: int) -> list:
@@ -87,7 +88,8 @@ class CompiledRunner:
         if not self.resident:
             out = self.model.run(feeds)
             return out[self.outputs[0]], [out[n] for n in self.present]
-        problem = shape_problem(self.specs, [tuple(feeds[n].shape) for n in self.order], self.model.manifest.dims)
+        shapes = [tuple(feeds[n].shape) for n in self.order]
+        problem = shape_problem(self.specs, shapes, self.model.manifest.dims)
         if problem:
             raise InputError(problem)
         out = dict(zip(self.outputs, self.runner.call_tensors([feeds[n] for n in self.order])))
@@ -133,9 +135,10 @@ def runner(model, resident: bool = True):
 def generate(model, input_ids: np.ndarray, max_new_tokens: int, *, attention_mask: np.ndarray | None = None,
              eos_token_id: int | None = None, step_seconds: list | None = None) -> np.ndarray:
     """Greedy decoding: the prompt ``input_ids [batch, seq]`` in one step from an empty past (or
-    in chunks of the runner's ``max_step_tokens``), then one token per step, each step's presents fed back as the next one's past. Returns the prompt
-    followed by the new tokens, ``[batch, seq + n]`` (n <= ``max_new_tokens``; fewer when every
-    row has produced ``eos_token_id``; rows that finished earlier are padded with it).
+    in chunks of the runner's ``max_step_tokens``), then one token per step, each step's
+    presents fed back as the next one's past. Returns the prompt followed by the new tokens,
+    ``[batch, seq + n]`` (n <= ``max_new_tokens``; fewer when every row has produced
+    ``eos_token_id``; rows that finished earlier are padded with it).
 
     ``model``: a ``hetc.CompiledModel``, an ``onnxruntime.InferenceSession`` or a Runner (see the
     module doc). ``attention_mask [batch, seq]`` marks the prompt's real tokens (default: all);
@@ -143,14 +146,15 @@ def generate(model, input_ids: np.ndarray, max_new_tokens: int, *, attention_mas
     is the prompt)."""
     ids = np.asarray(input_ids)
     if ids.ndim != 2 or ids.dtype.kind not in "iu" or ids.shape[0] < 1 or ids.shape[1] < 1:
-        raise InputError(f"input_ids must be a non-empty [batch, seq] integer array, got shape {list(ids.shape)} "
-                         f"dtype {ids.dtype.name}")
+        raise InputError(f"input_ids must be a non-empty [batch, seq] integer array, got shape "
+                         f"{list(ids.shape)} dtype {ids.dtype.name}")
     if max_new_tokens < 0:
         raise UsageError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     ids = ids.astype(np.int64)
     mask = np.ones(ids.shape, np.int64) if attention_mask is None else np.asarray(attention_mask, np.int64)
     if mask.shape != ids.shape:
-        raise InputError(f"attention_mask has shape {list(mask.shape)}, input_ids {list(ids.shape)}: they must match")
+        raise InputError(f"attention_mask has shape {list(mask.shape)}, input_ids {list(ids.shape)}: "
+                         "they must match")
     run = runner(model)
     batch, prompt = ids.shape
     chunk = getattr(run, "max_step_tokens", None) or prompt

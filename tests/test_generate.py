@@ -45,7 +45,8 @@ def test_greedy_tokens_match_onnxruntime(gpt2):
 def test_one_artifact_runs_prompt_and_steps_at_any_past_length(gpt2, batch, past, seq):
     compiled, session, _ = gpt2
     rng = np.random.default_rng(past)
-    feeds = {"input_ids": rng.integers(0, 1000, (batch, seq)), "attention_mask": np.ones((batch, past + seq), np.int64)}
+    feeds = {"input_ids": rng.integers(0, 1000, (batch, seq)),
+             "attention_mask": np.ones((batch, past + seq), np.int64)}
     for name in compiled.input_names[2:]:
         feeds[name] = rng.normal(size=(batch, 2, past, 32)).astype(np.float32)
     got = compiled.run(feeds)
@@ -89,7 +90,8 @@ def test_eos_stops_generation(gpt2):
      "dim 1 ('total_seq') is 129, outside its range 1..128"),
     (lambda m: hetc.generate(m, np.zeros((1, 3), np.int64), 2, attention_mask=np.ones((1, 4))), InputError,
      "attention_mask has shape [1, 4]"),
-    (lambda m: hetc.generate(object(), np.zeros((1, 3), np.int64), 2), UsageError, "CompiledModel or an onnxruntime"),
+    (lambda m: hetc.generate(object(), np.zeros((1, 3), np.int64), 2), UsageError,
+     "CompiledModel or an onnxruntime"),
 ])
 def test_bad_inputs_are_one_line_errors(gpt2, call, error, fragment):
     with pytest.raises(error) as info:
