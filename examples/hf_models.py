@@ -1,6 +1,6 @@
 """Transformers models with symbolic dims, exported to ONNX with random weights (no downloads).
 
-    python examples/hf_models.py OUT_DIR [bert-base|bert-tiny]
+    python examples/hf_models.py OUT_DIR [bert-base|bert-tiny|gpt2-124m|gpt2-tiny]
 
 writes ``OUT_DIR/<name>.onnx``: a ``transformers`` BertModel built from a config (seeded random
 weights), exported by ``torch.onnx.export`` (TorchScript exporter, opset 17) with inputs
@@ -64,6 +64,74 @@ def export_bert(path: Path, config: str | dict = "bert-tiny", seed: int = 0) -> 
     return path
 
 
+# name -> GPT2Config arguments
+GPT2_CONFIGS = {
+    "gpt2-124m": {},  # 12 layers, hidden 768, 12 heads, vocab 50257, 1024 positions
+    # initializer_range 0.2 (default 0.02): with near-uniform logits a 2-layer model repeats one
+    # token forever, which would make a token-for-token comparison weak
+    "gpt2-tiny": {"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 1000, "n_positions": 512,
+                  "bos_token_id": 0, "eos_token_id": 0, "initializer_range": 0.2},
+}
+
+
+def gpt2_cache_names(layers: int) -> tuple[list[str], list[str]]:
+    """The past inputs and present outputs, in order: ``past_key_values.{i}.key``, ``.value``, ..."""
+    past = [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+    return past, [name.replace("past_key_values", "present") for name in past]
+
+
+def export_gpt2(path: Path, config: str | dict = "gpt2-tiny", seed: int = 0) -> Path:
+    """Export a random-weight GPT2LMHeadModel with its KV cache to ``path`` (opset 17).
+
+    Inputs: ``input_ids [batch, seq]`` (int64), ``attention_mask [batch, total_seq]`` (int64,
+    1 = attend; ``total_seq`` = ``past_seq + seq``) and per layer ``past_key_values.{i}.key`` /
+    ``.value`` ``[batch, heads, past_seq, head_dim]``. Outputs: ``logits [batch, seq, vocab]``
+    and ``present.{i}.key`` / ``.value`` ``[batch, heads, total_seq, head_dim]`` (the past with
+    this call's keys/values appended). Positions continue from ``past_seq``. ``past_seq`` = 0
+    (empty past tensors) is the prompt, so one model serves prefill and decode. Attention is
+    transformers' "eager" implementation (plain MatMul/Softmax)."""
+    import onnx
+    import torch
+    from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    args = GPT2_CONFIGS[config] if isinstance(config, str) else config
+    gpt2 = GPT2LMHeadModel(GPT2Config(**args, attn_implementation="eager")).eval()
+    cfg = gpt2.config
+    past_names, present_names = gpt2_cache_names(cfg.n_layer)
+
+    class Wrapper(torch.nn.Module):  # flat cache tensors in and out; transformers 5 wants a Cache
+        def __init__(self, model) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, *past):
+            cache = DynamicCache(list(zip(past[0::2], past[1::2])), config=self.model.config)
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=cache, use_cache=True)
+            return (out.logits, *[t for layer in out.cache.layers for t in (layer.keys, layer.values)])
+
+    batch, seq, past_seq = 2, 3, 5
+    heads, head_dim = cfg.n_head, cfg.n_embd // cfg.n_head
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+    mask = torch.ones(batch, past_seq + seq, dtype=torch.int64)
+    past = [torch.randn(batch, heads, past_seq, head_dim) for _ in past_names]
+    dynamic = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total_seq"},
+               "logits": {0: "batch", 1: "seq"},
+               **{n: {0: "batch", 2: "past_seq"} for n in past_names},
+               **{n: {0: "batch", 2: "total_seq"} for n in present_names}}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Wrapper(gpt2).eval(), (ids, mask, *past), str(path), dynamo=False, opset_version=OPSET,
+                          input_names=["input_ids", "attention_mask", *past_names],
+                          output_names=["logits", *present_names], dynamic_axes=dynamic)
+    proto = onnx.load(str(path))
+    proto.ir_version = min(proto.ir_version, IR_VERSION)
+    onnx.save(proto, str(path))
+    return path
+
+
 def bert_inputs(batch: int, seq: int, vocab: int = 1000, seed: int = 0) -> dict:
     """Token ids and a padding mask (the last quarter of each row but the first is padding)."""
     import numpy as np
@@ -80,7 +148,8 @@ def main(argv: list[str]) -> int:
         return 2
     out = Path(argv[0])
     for name in argv[1:] or ["bert-tiny"]:
-        print(export_bert(out / f"{name}.onnx", name))
+        export = export_gpt2 if name in GPT2_CONFIGS else export_bert
+        print(export(out / f"{name}.onnx", name))
     return 0
 
 

@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 from .errors import HetcError
 
-__all__ = ["CompiledModel", "HetcError", "__version__", "compile", "load", "plan", "tune"]
+__all__ = ["CompiledModel", "HetcError", "__version__", "compile", "generate", "load", "plan", "tune"]
 
 
 def __getattr__(name: str):
@@ -13,6 +13,10 @@ def __getattr__(name: str):
         from . import api
 
         return getattr(api, name)
+    if name == "generate":  # greedy decoding with a KV cache (hetc/generate.py)
+        import importlib
+
+        return importlib.import_module(".generate", __name__)  # the module, callable as its generate()
     if name == "tune":
         from .tuning import tune
 

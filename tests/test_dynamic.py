@@ -76,6 +76,15 @@ def test_symbolic_batch_runs_every_size_in_one_artifact():
         assert_close(compiled.run({"x": x})["y"], np.maximum(x @ w, 0))
 
 
+def test_a_dim_declared_with_one_value_is_static():
+    model, w = _mlp()
+    compiled = hetc.compile(model, dims={"batch": (3, 3)})
+    assert compiled.manifest.inputs[0].shape == (3, 8) and compiled.manifest.outputs[0].shape == (3, 4)
+    assert compiled.manifest.dims == {}
+    x = RNG.normal(size=(3, 8)).astype(np.float32)
+    assert_close(compiled.run({"x": x})["y"], np.maximum(x @ w, 0))
+
+
 def test_unnamed_dims_are_named_after_input_and_axis():
     model, _ = _mlp(batch=None)
     loaded = load_model(model)

@@ -81,9 +81,34 @@ def legalize_passes(custom: dict | None = None) -> list[Stage]:
         Stage("legalize", "lower Relax ops to TIR PrimFuncs (call_tir)",
               lambda: relax.transform.LegalizeOps(customize_legalize_map=custom)),
         Stage("annotate_patterns", "classify PrimFuncs for fusion", relax.transform.AnnotateTIROpPattern),
+        Stage("isolate_scalar_kernels", "keep kernels that take a dim as a scalar argument out of fusion",
+              lambda: isolate_scalar_kernels),
         Stage("fold_constants_tir", "evaluate call_tirs on constants (weight transforms)",
               relax.transform.FoldConstant),
     ]
+
+
+_OPAQUE = 8  # relax.OpPatternKind.kOpaque
+
+
+@tvm.transform.module_pass(opt_level=0, name="HetcIsolateScalarKernels")
+def isolate_scalar_kernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Mark opaque (never fused) the PrimFuncs with a scalar parameter that no buffer's shape
+    mentions: a symbolic dim used as a value, as in ``arange(past_seq, past_seq + 1)`` or
+    ``shape_to_tensor(past_seq)`` (GPT-2's positions ``arange(seq) + past_seq`` with a KV
+    cache). FuseOps passes such a dim to the fused function as a ``R.Prim`` parameter, and
+    TVM 0.27's FuseTIR then fails in ``RenewDefs`` (``VarRemapGet(source) == nullptr``).
+    These kernels are a few integers each; running them unfused costs one call."""
+    updates = {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        buffers = [p for p in func.params if isinstance(p.ty, tvm.tirx.buffer.BufferType)]
+        in_shapes = {v for buf in buffers for dim in buf.shape for v in tvm.tirx.analysis.undefined_vars(dim)}
+        scalars = [p for p in func.params if not isinstance(p.ty, tvm.tirx.buffer.BufferType)]
+        if any(p not in in_shapes for p in scalars):
+            updates[gv] = func.with_attr("op_pattern", _OPAQUE)
+    return tvm.IRModule({**dict(mod.functions.items()), **updates}, attrs=mod.attrs) if updates else mod
 
 
 def fusion_passes() -> list[Stage]:

@@ -56,13 +56,26 @@ class VMRunner:
         self.vm = None
 
     def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return _flatten(self.call_tensors(args))
+
+    def call_tensors(self, args: Sequence) -> list:
+        """Run ``main`` on numpy arrays or TVM tensors (already on the first device: not copied)
+        and return its outputs as TVM tensors, left on the device: a decoding loop feeds its
+        KV cache back this way without a round trip through numpy."""
         if self.vm is None:
             devices = [device(d) for d in self.devices]
             with filtered_stderr():
                 self.vm = relax.VirtualMachine(self.module, devices)
             self.first = devices[0]
-        inputs = [tvm.runtime.tensor(np.require(a, requirements="C"), self.first) for a in args]
-        return _flatten(self.vm["main"](*inputs))
+        inputs = [a if isinstance(a, tvm.runtime.Tensor) else
+                  tvm.runtime.tensor(np.require(a, requirements="C"), self.first) for a in args]
+        return _tensors(self.vm["main"](*inputs))
+
+
+def _tensors(value) -> list:
+    if isinstance(value, (tvm.runtime.Tensor, tvm.runtime.ShapeTuple)):
+        return [value]
+    return [t for item in value for t in _tensors(item)]
 
 
 def _flatten(value) -> list[np.ndarray]:

@@ -274,6 +274,20 @@ def _symbolic_dims(model: onnx.ModelProto, ranges: Mapping[str, Sequence[int]]) 
     return result
 
 
+def _fix_single_value_dims(model: onnx.ModelProto, ranges: dict[str, tuple[int, int]]) -> None:
+    """A dim declared with one value (``--dim seq=1:1``) is static: set it in every input that
+    has it and drop it from ``ranges`` (in place). The code is then specialised for that size
+    while the other dims stay symbolic: a decoder's one-token step (``seq`` 1) with any past
+    length (``past_seq`` symbolic) gets matmuls of static shape."""
+    fixed = {name: low for name, (low, high) in ranges.items() if low == high}
+    for value in [*graph_inputs(model).values(), *model.graph.output]:
+        for dim in value.type.tensor_type.shape.dim:
+            if not dim.HasField("dim_value") and dim.dim_param in fixed:
+                dim.dim_value = fixed[dim.dim_param]  # clears dim_param (a oneof)
+    for name in fixed:
+        del ranges[name]
+
+
 def _input_spec(value: onnx.ValueInfoProto, label: str) -> TensorSpec:
     dims = value.type.tensor_type.shape.dim
     return TensorSpec(value.name, tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims),
@@ -363,6 +377,7 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
         raise ModelLoadError(f"{label}: invalid ONNX model: {_first_line(err)}") from err
     _bind_shapes(model, input_shapes or {}, label)
     ranges = _symbolic_dims(model, dims or {})
+    _fix_single_value_dims(model, ranges)
     model = _infer_shapes(model, label)
     fold_shape_computations(model, model_opset(model))
     inputs = [_input_spec(v, label) for v in graph_inputs(model).values()]
