@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -198,18 +199,28 @@ def _start_offloads(options: CompileOptions, graph: OpGraph, loaded, targets: li
     """The ``Offload`` builds of the external targets that were given ops (``allowed``: target ->
     op graph ids), each limited to those."""
     offloads = []
+    _IDLE.set([])
     for t in targets:
         if t.kind is TargetKind.EXTERNAL:
             offload = t.backend.offload(options, graph, loaded.inputs)  # checks the target's options
             offload.allowed = (allowed or {}).get(t.name)
             if offload.allowed:
                 offloads.append(offload)
+            elif getattr(offload, "kept_on_cpu", None) is not None and offload.kept_on_cpu():
+                _IDLE.set([*_IDLE.get(), offload])  # given nothing: its report still says why
     return offloads
+
+
+# external targets a compile gave no ops, whose reports still explain why (FPGA: symbolic dims)
+_IDLE: contextvars.ContextVar = contextvars.ContextVar("hetc_idle_offloads", default=[])
 
 
 def _finish_offloads(offloads: list, manifest: Manifest, report: dict, plan: dict) -> None:
     """The regions in the report, and in plan.json the device of every op a region runs;
     "placed": false marks ops folded into others before partitioning."""
+    for o in _IDLE.get():
+        report.setdefault("offload", {})[o.target] = o.report()
+    _IDLE.set([])
     if not offloads:
         return
     for o in offloads:

@@ -91,6 +91,70 @@ def sealed(mod: tvm.IRModule, partition: Callable[[tvm.IRModule], tvm.IRModule])
     return out
 
 
+@relax.expr_functor.mutator
+class _HideSymbolic(relax.PyExprMutator):
+    """Calls of ``main`` with symbolic values among their arguments (``strided_slice(x, ..., (seq,))``,
+    ``arange(0, seq)``: TIR expressions of the symbolic dims) become calls of placeholder
+    functions, and back: TVM 0.27's ``MergeCompositeFunctions`` finds no group for such a
+    variable and aborts ("Could not find memo-ized group"). Only host ops carry such arguments
+    (no region writer takes them), so hiding them changes no region."""
+
+    def __init__(self, mod: tvm.IRModule, hidden: dict | None = None) -> None:
+        super().__init__(mod)
+        self.hidden = {} if hidden is None else hidden  # placeholder name -> original call
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and any(_symbolic_value(a) for a in call.args):
+            tensors = [a for a in call.args if _relax_var(a)]
+            params = [relax.Var(f"x{i}", a.ty) for i, a in enumerate(tensors)]
+            gv = self.builder_.add_func(_placeholder(params, call.ty), "hetc_hidden")
+            self.hidden[gv.name_hint] = call
+            return relax.Call(gv, tensors)
+        if isinstance(call.op, tvm.ir.GlobalVar) and call.op.name_hint in self.hidden:
+            original = self.hidden[call.op.name_hint]
+            args = iter(call.args)  # the tensor arguments, in order
+            return relax.Call(original.op, [next(args) if _relax_var(a) else a for a in original.args],
+                              original.attrs, original.ty_args)
+        return call
+
+
+def _symbolic_value(arg) -> bool:
+    """A TIR expression that is not a constant (``seq``, ``batch * seq``), alone or in a tuple."""
+    if isinstance(arg, relax.Tuple):
+        return any(_symbolic_value(f) for f in arg.fields)
+    return isinstance(getattr(arg, "ty", None), tvm.ir.PrimType) and not isinstance(arg, tvm.ir.Constant)
+
+
+def _relax_var(arg) -> bool:
+    return isinstance(arg, relax.Var) and not isinstance(arg.ty, tvm.ir.PrimType)
+
+
+def _placeholder(params: list, ty) -> relax.Function:
+    """A function of ``params`` typed to return ``ty``; it never runs (the call is restored)."""
+    return relax.Function(params, relax.SeqExpr([], relax.const(0)), ty, is_pure=True)
+
+
+def merge_composites(mod: tvm.IRModule) -> tvm.IRModule:
+    """``MergeCompositeFunctions`` with the calls that take symbolic values hidden from it (see
+    ``_HideSymbolic``)."""
+    hide = _HideSymbolic(mod)
+    main = hide.visit_expr(mod["main"])
+    if not hide.hidden:
+        return relax.transform.MergeCompositeFunctions()(mod)
+    inner = hide.builder_.get()
+    inner["main"] = main
+    out = relax.transform.MergeCompositeFunctions()(inner)
+    show = _HideSymbolic(out, hide.hidden)
+    main = show.visit_expr(out["main"])
+    out = show.builder_.get()
+    out["main"] = main
+    for gv in list(out.get_global_vars()):
+        if gv.name_hint in hide.hidden:
+            del out[gv]
+    return out
+
+
 class CodegenContext:
     """Which ``RegionOffload`` a registered ``relax.ext.<codegen>`` works for: ``RunCodegen``
     calls the codegen by name, so the compile in progress is set around it (``active``)."""
