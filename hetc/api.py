@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -56,6 +57,32 @@ def _kernel_schedules(mod: tvm.IRModule) -> dict[str, str]:
             rule = attrs.get("hetc.schedule_rule")
             result[gv.name_hint] = str(rule) if rule is not None else (
                 "tuned" if attrs.get("tir.is_scheduled") else "none")
+    return dict(sorted(result.items()))
+
+
+_SYMBOL = re.compile(r'^(\w+) = TypeVar\("\w+"\)$', re.M)  # how TVMScript declares a symbolic var
+_LAUNCH = re.compile(r'T\.thread_binding\((.+?), thread="((?:blockIdx|threadIdx)\.[xyz])"')
+
+
+def _kernel_dims(mod: tvm.IRModule) -> dict[str, dict]:
+    """The kernels that take symbolic dims: for each, the dims (``dims``: names, from its
+    buffers' shapes) and, for GPU kernels, the launch extents that depend on them (``launch``:
+    {"blockIdx.x": "(batch * seq + 31) // 32"}). Read from each kernel's TVMScript (TVM 0.27's
+    Python API has no TIR visitor)."""
+    result = {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        text = func.script()
+        dims = sorted(set(_SYMBOL.findall(text)))
+        if not dims:
+            continue
+        launch = {}
+        for extent, axis in _LAUNCH.findall(text):
+            extent = re.sub(r"T\.int64\((\d+)\)", r"\1", extent)
+            if any(re.search(rf"\b{d}\b", extent) for d in dims):
+                launch[axis] = extent
+        result[gv.name_hint] = {"dims": dims, **({"launch": launch} if launch else {})}
     return dict(sorted(result.items()))
 
 
@@ -250,6 +277,7 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
         mod, tgt.backend.stages(options, offloads) if offloads else tgt.backend.stages(options))
     times["passes"] = time.perf_counter() - start
     kernels = _kernel_schedules(mod)
+    kernel_dims = _kernel_dims(mod) if loaded.dims else {}
     start = time.perf_counter()
     executable = tgt.backend.build(mod, options)
     times["codegen"] = time.perf_counter() - start
@@ -265,6 +293,8 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
         dims={k: list(v) for k, v in loaded.dims.items()},
     )
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
+    if kernel_dims:
+        report["kernel_dims"] = kernel_dims
     plan = {"solver": solver or ("single-target" if not offloads else "offload-supported"),
             "parts": {"main": tgt.name},
             "nodes": [{"name": n.name, "op": n.op, "device": f"{tgt.device_type}:0"} for n in graph.nodes]}
@@ -309,6 +339,7 @@ def _compile_split(model: ModelSource, targets: list[Target], options: CompileOp
     mod, stage_reports = run_pipeline(mod, pl.split_stages(placed, names, native, options, offloads))
     times["passes"] = time.perf_counter() - start
     kernels = _kernel_schedules(mod)
+    kernel_dims = _kernel_dims(mod) if loaded.dims else {}
     moved, found = pl.transfers(mod, placed, names), pl.placed_nodes(mod)
     start = time.perf_counter()
     executable = pl.build(mod, placed, options)
@@ -326,6 +357,8 @@ def _compile_split(model: ModelSource, targets: list[Target], options: CompileOp
         dims={k: list(v) for k, v in loaded.dims.items()},
     )
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
+    if kernel_dims:
+        report["kernel_dims"] = kernel_dims
     report["placement"] = {"devices": list(placed.devices), "transfers": len(moved),
                            "transfer_bytes": sum(t["bytes"] for t in moved)}
     plan = {"solver": solver or ("given" if placement is not None else "accelerator-first"),
