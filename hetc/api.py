@@ -108,13 +108,16 @@ def compile(
     micro_batches: int = 1,
     dims: Mapping[str, Sequence[int]] | None = None,
     plan_shape: Mapping[str, int] | None = None,
+    gears: Mapping[str, Sequence[int]] | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model (path or ``ModelProto``) for ``target``.
 
     Input dims the model leaves unknown (``dim_param`` or unnamed) stay symbolic: one artifact
     runs every size in their range. ``dims`` declares ranges (``{"batch": (1, 64)}``; default
     ``DEFAULT_DIM_RANGE``), ``plan_shape`` the size costs and placement assume for a dim
-    (default: the range's low end); ``input_shapes`` binds dims statically (the fastest code
+    (default: the range's low end), ``gears`` the sizes Ascend regions are built for
+    (``{"batch": [1, 8, 32]}``; default ``options.default_gears`` of the range);
+    ``input_shapes`` binds dims statically (the fastest code
     for one shape). ``layout="NHWC"`` converts conv layouts;
     ``base_dir`` locates external data for a ``ModelProto``; ``constant_inputs`` freezes graph
     inputs to the given values (for inputs that decide output shapes: axes, pads, shapes).
@@ -142,7 +145,11 @@ def compile(
                              None if precision is None else str(precision),
                              None if calibration is None else str(calibration),
                              {k: (int(v[0]), int(v[1])) for k, v in (dims or {}).items()},
-                             {k: int(v) for k, v in (plan_shape or {}).items()})
+                             {k: int(v) for k, v in (plan_shape or {}).items()},
+                             {k: tuple(sorted({int(x) for x in v})) for k, v in (gears or {}).items()})
+    if gears and not any(t.name == "ascend" for t in targets):
+        raise UsageError("--gears chooses the shapes Ascend regions are built for; add the ascend target "
+                         "(--target ascend,cpu)")
     if (precision is not None or calibration is not None) and not any(t.backend.offload for t in targets):
         raise UsageError("--precision and --calibration choose the number types of FPGA regions; "
                          "add the fpga target (--target fpga,cpu)")

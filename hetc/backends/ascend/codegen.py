@@ -28,12 +28,12 @@ def _codegen(functions, _options, _constant_names):
 def generate(func, offload) -> None:
     """Record one region on ``offload`` with its generated files."""
     from .host import host_files
-    from .pipeline import AscendRegion
+    from .pipeline import AscendRegion, region_gears
 
     symbol = str(func.attrs["global_symbol"])
     model, inputs, outputs, ops, neighbours = offload.pending[symbol]
     name = symbol.rsplit("_", 1)[0]
-    spec = RegionSpec(symbol, name, tuple(inputs), tuple(outputs), offload.soc_version)
+    spec = region_gears(RegionSpec(symbol, name, tuple(inputs), tuple(outputs), offload.soc_version), offload.gears)
     files = host_files(spec)
     files["README.md"] = readme(spec, ops)
     offload.regions.append(AscendRegion(symbol, node_ids(func), spec=spec, model=model, files=files,
