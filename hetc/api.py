@@ -259,6 +259,8 @@ def _finish_offloads(offloads: list, manifest: Manifest, report: dict, plan: dic
         return
     for o in offloads:
         report.setdefault("offload", {})[o.target] = o.report()
+        if hasattr(o, "gears_used"):
+            manifest.gears.update(o.gears_used())
     device = {name: r.device for r in manifest.offloads for name in r.nodes}
     seen = set().union(*(o.seen for o in offloads))
     for node in plan["nodes"]:

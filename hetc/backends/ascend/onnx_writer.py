@@ -373,9 +373,11 @@ def region_model(func, name: str) -> tuple[onnx.ModelProto, list[TensorIO], list
         g.dtypes[env[param]] = info.dtype
         inputs.append(TensorIO(env[param], info.dtype, info.shape))
 
-    def value(expr) -> str:
+    def value(expr) -> str | None:
         if isinstance(expr, tvm.ir.GenericConst):
             return g.constant(expr)
+        if isinstance(expr, relax.ShapeExpr):
+            return None  # a reshape's target shape: the writer reads it from the result's type
         return env[expr]
 
     def walk(fn, args: list[str]) -> str | list:

@@ -31,7 +31,7 @@ from ...errors import CompileError
 from ...graph import OpGraph
 from ...options import CompileOptions
 from ..byoc import TAG, BuiltRegion, RegionOffload, calls_to, codegen_functions, name_regions
-from . import onnx_writer, patterns, runtime, support
+from . import host, onnx_writer, patterns, runtime, support
 from .spec import RegionSpec
 
 
@@ -107,6 +107,15 @@ class AscendOffload(RegionOffload):
         return [Offload(r.name, self.target, "ascend:0", part, runtime.EXECUTION, emulated=True,
                         project=f"ascend/{r.spec.name}", nodes=r.nodes, linked=False) for r in self.regions]
 
+    def gears_used(self) -> dict[str, list[int]]:
+        """The gears of the symbolic dims some region takes (the manifest's ``gears``: the run
+        time refuses other sizes of those dims)."""
+        used: dict[str, set[int]] = {}
+        for r in self.regions:
+            for k, name in enumerate(r.spec.dims):
+                used.setdefault(name, set()).update(g[k] for g in r.spec.gears)
+        return {name: sorted(sizes) for name, sizes in sorted(used.items())}
+
     def report(self) -> dict:
         return {"execution": runtime.EXECUTION,
                 "note": "Ascend regions run as ONNX subgraphs on onnxruntime (CPU) here: emulation, not NPU "
@@ -132,15 +141,20 @@ def _region_report(r: AscendRegion) -> dict:
     def tensors(items) -> list[dict]:
         return [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape)} for t in items]
 
-    def nbytes(items) -> int:
+    def nbytes(items) -> int:  # at the largest gear, with symbolic dims
         import numpy as np
 
-        return sum(int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize for t in items)
+        shapes = [[r.spec.shape_at(t, g) for t in items] for g in r.spec.gears] if r.spec.dynamic else [
+            [t.shape for t in items]]
+        return max(sum(int(np.prod(s, dtype=np.int64)) * np.dtype(t.dtype).itemsize for s, t in zip(row, items))
+                   for row in shapes)
 
+    gears = {"dims": list(r.spec.dims), "gears": [list(g) for g in r.spec.gears],
+             "atc": host.atc_gears(r.spec)} if r.spec.dims else {}
     return {"name": r.spec.name, "symbol": r.name, "nodes": r.nodes, "onnx_ops": r.onnx_ops,
             "inputs": tensors(r.spec.inputs), "outputs": tensors(r.spec.outputs),
             "bytes_in": nbytes(r.spec.inputs), "bytes_out": nbytes(r.spec.outputs),
-            "onnx_bytes": len(r.model), "host_neighbours": r.host_neighbours}
+            "onnx_bytes": len(r.model), "host_neighbours": r.host_neighbours, **gears}
 
 
 def _neighbours(main: relax.Function, gv_name: str) -> set[str]:
