@@ -224,6 +224,8 @@ def _compile_multi(model: ModelSource, targets: list[Target], options: CompileOp
                                   allowed=allowed, solver=solver)
     if planned is not None:
         prediction = planned.to_json()
+        if loaded.dims:  # the sizes the cost models assumed for the symbolic dims
+            prediction["plan_shape"] = plan_values(loaded.dims, options.plan_shape)
         compiled.plan["prediction"] = {k: v for k, v in prediction.items() if k not in ("nodes", "edges")}
         compiled.report["placement_plan"] = prediction
     return compiled

@@ -391,3 +391,23 @@ def test_cli_gears_outside_the_range_is_a_one_line_error(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert result.code != 0 and len(lines) == 1 and "--gears batch: 16 outside the dim's range 1..8" in lines[0]
     assert not (tmp_path / "never").exists()
+
+
+def test_plan_shape_reaches_the_ascend_cost_model():
+    """Placement costs symbolic dims at --plan-shape (default: the range's low end): the Ascend
+    and CPU times of the same op grow with it, and the compile report records the sizes."""
+    from hetc.api import plan
+
+    model = make([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+                 [tensor("x", ("batch", 64))], [tensor("y", ("batch", 64))], {"w": _w(64, 64)})
+
+    def times(**kwargs):
+        p = plan(model, "ascend,cpu", dims={"batch": (1, 4096)}, **kwargs)
+        j = p.problem.names.index(next(n.name for n in p.graph.nodes if n.op == "relax.matmul"))
+        return {d.target.name: float(p.problem.times[j, k]) for k, d in enumerate(p.devices)}
+
+    small, large = times(), times(plan_shape={"batch": 4096})
+    assert all(large[t] > small[t] for t in ("ascend", "cpu")), (small, large)
+    compiled = hetc.compile(model, "ascend,cpu", dims={"batch": (1, 4096)}, plan_shape={"batch": 256},
+                            gears={"batch": [1, 256]})
+    assert compiled.report["placement_plan"]["plan_shape"] == {"batch": 256}

@@ -255,3 +255,16 @@ def test_cuda_artifact_matches_onnxruntime(examples, tmp_path, name):
     result = run_cli("run", out, "--inputs", examples / f"{name}_inputs.npz", "--reference",
                      examples / f"{name}.onnx", "--tolerance", "1e-4")
     assert result.code == 0, result.stdout + result.stderr
+
+
+def test_plan_shape_reaches_the_cuda_cost_model():
+    """With symbolic dims, placement over cuda,cpu costs each op at --plan-shape."""
+    from hetc.api import plan
+
+    def times(**kwargs):
+        p = plan(_attention_block(), "cuda,cpu", dims={"batch": (1, 64), "seq": (1, 512)}, **kwargs)
+        j = p.problem.names.index(next(n.name for n in p.graph.nodes if n.op == "relax.matmul"))
+        return [float(p.problem.times[j, k]) for k in range(len(p.devices))]
+
+    small, large = times(), times(plan_shape={"batch": 64, "seq": 512})
+    assert all(b > a for a, b in zip(small, large)), (small, large)
