@@ -242,6 +242,14 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
     if compiled.manifest.dims:
         console.print("symbolic dims: " + ", ".join(f"{name} {low}..{high}"
                                                     for name, (low, high) in compiled.manifest.dims.items()))
+    if compiled.manifest.gears:
+        console.print("Ascend regions built for gears (emulated here): " + "; ".join(
+            f"{name} in {', '.join(map(str, sizes))}" for name, sizes in compiled.manifest.gears.items()))
+    kept = compiled.report.get("offload", {}).get("fpga", {}).get("kept_on_cpu", [])
+    if kept:
+        dims = sorted({d for k in kept for d in k["dims"]})
+        console.print(f"fpga: {len(kept)} ops stay on the CPU: symbolic dims {', '.join(dims)} (report.json "
+                      "offload.fpga.kept_on_cpu)")
     _print_offloads(compiled.manifest)
     if "prediction" in compiled.plan:
         p = compiled.plan["prediction"]

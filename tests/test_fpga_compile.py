@@ -192,6 +192,7 @@ def test_symbolic_dims_keep_ops_on_cpu_and_the_report_says_why():
     kept = {k["op"]: k["reason"] for k in fpga["kept_on_cpu"]}
     assert {"relax.matmul", "relax.add", "relax.nn.relu"} <= set(kept)
     assert all(r.startswith("symbolic dim batch ") for r in kept.values()), kept
+    assert all(k["dims"] == ["batch"] for k in fpga["kept_on_cpu"])
     for batch in (1, 5, 16):
         x = rng.normal(size=(batch, 8)).astype(np.float32)
         assert_close(compiled.run({"x": x})["y"], np.maximum(x @ w + b, 0))

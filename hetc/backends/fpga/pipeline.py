@@ -135,7 +135,7 @@ class FpgaOffload(RegionOffload):
         """The model's ops the FPGA has a kernel for that stay on the CPU because their shapes
         use symbolic dims, each with the reason ("symbolic dim seq (...)")."""
         offloaded = {n for r in self.regions for n in r.nodes}
-        return [{"node": n.name, "op": n.op, "reason": patterns.symbolic_reason(n.symbolic)}
+        return [{"node": n.name, "op": n.op, "dims": list(n.symbolic), "reason": patterns.symbolic_reason(n.symbolic)}
                 for n in self.graph.nodes
                 if n.symbolic and n.op in patterns.SUPPORTED_OPS and n.name not in offloaded]
 
