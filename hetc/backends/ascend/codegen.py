@@ -40,6 +40,16 @@ def generate(func, offload) -> None:
                                         onnx_ops=ops, host_neighbours=neighbours))
 
 
+def _gears_text(spec: RegionSpec) -> str:
+    if not spec.dynamic:
+        return ""
+    from .host import atc_gears
+
+    gears = ", ".join("(" + ", ".join(map(str, g)) + ")" for g in spec.gears)
+    return (f"Symbolic dims ({', '.join(spec.dims)}): built for the gears {gears}; build.sh passes "
+            f"`{atc_gears(spec)[0][:200]}` to ATC, and host.cc selects the gear of each call's inputs.\n\n")
+
+
 def readme(spec: RegionSpec, ops: dict[str, int]) -> str:
     def rows(items) -> str:
         return "".join(f"| {t.name} | {t.dtype} | {list(t.shape)} |\n" for t in items)
@@ -59,7 +69,7 @@ On a machine with CANN and an NPU (soc `{spec.soc_version}`):
 exports `{spec.symbol}`: the function the artifact's VM calls (inputs, then outputs). Without
 `model.om` it builds the graph in-process with CANN's graph engine from `{spec.onnx_file}`.
 
-Ops: {", ".join(f"{k} x{v}" for k, v in ops.items())}
+{_gears_text(spec)}Ops: {", ".join(f"{k} x{v}" for k, v in ops.items())}
 
 | input | dtype | shape |
 |---|---|---|
