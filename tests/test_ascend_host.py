@@ -728,3 +728,22 @@ def test_build_sh_builds_a_working_library(builds, tmp_path):
     total, index = _call(tvm_ffi.load_module(lib).get_function(PAIR.symbol), A, B)
     np.testing.assert_array_equal(total, A)
     np.testing.assert_array_equal(index, B)
+
+
+def test_build_sh_passes_the_gears_of_symbolic_dims_to_atc(tmp_path):
+    toolkit = tmp_path / "toolkit"
+    (toolkit / "lib64").mkdir(parents=True)
+    folder = write_region(DYN, tmp_path / "dyn")
+    proc, calls = _run_build(folder, tmp_path, ASCEND_TOOLKIT_HOME=str(toolkit))
+    assert proc.returncode == 0, proc.stderr
+    # per gear, the size of every -1 of --input_shape in order: a's batch, b's batch and seq
+    assert calls["atc"][-3:] == ["--input_format=ND", "--input_shape=a:-1,8;b:-1,-1",
+                                 "--dynamic_dims=1,1,2;1,1,4;2,2,2;2,2,4"]
+    proc, _ = _run_build(folder, tmp_path, ASCEND_TOOLKIT_HOME=str(toolkit), DYNAMIC_BATCH="1,2")
+    assert proc.returncode == 1 and "gears were chosen at compile time" in proc.stderr
+    batch = RegionSpec("ascend_region4_0123", "ascend_region4", (TensorIO("x", "float32", ("batch", 8)),),
+                       (TensorIO("y", "float32", ("batch", 4)),), "Ascend910B1", dims=("batch",),
+                       gears=((1,), (8,), (32,)), dynamic="batch")
+    proc, calls = _run_build(write_region(batch, tmp_path / "batch"), tmp_path, ASCEND_TOOLKIT_HOME=str(toolkit))
+    assert proc.returncode == 0, proc.stderr
+    assert calls["atc"][-2:] == ["--input_shape=x:-1,8", "--dynamic_batch_size=1,8,32"]
