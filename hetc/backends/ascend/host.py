@@ -148,7 +148,8 @@ def _build_sh(spec: RegionSpec) -> str:
     four_d = bool(spec.inputs) and all(len(t.shape) == 4 for t in spec.inputs) and spec.dynamic != "dims"
     if spec.dynamic:
         dynamic = """\
-    echo "build.sh: this region's gears were chosen at compile time (hetc compile --gears); DYNAMIC_BATCH does not apply" >&2
+    echo "build.sh: this region's gears were chosen at compile time (hetc compile --gears);" \\
+      "DYNAMIC_BATCH does not apply" >&2
     exit 1"""
     elif any(t.shape for t in spec.inputs):
         dynamic = f"""\

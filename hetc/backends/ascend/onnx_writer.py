@@ -274,7 +274,10 @@ def _unsqueeze(g: _Graph, call, args: list[str]) -> str:
 def _squeeze(g: _Graph, call, args: list[str]) -> str:
     data = tensor_of(call.args[0].ty)
     axes = _attr(call, "axis")
-    axes = [i for i, d in enumerate(data.shape) if isinstance(d, int) and d == 1] if axes is None else [int(a) % len(data.shape) for a in axes]
+    if axes is None:
+        axes = [i for i, d in enumerate(data.shape) if isinstance(d, int) and d == 1]
+    else:
+        axes = [int(a) % len(data.shape) for a in axes]
     return g.node("Squeeze", [args[0], g.const(np.array(axes, np.int64), "axes")], _out(call).dtype)
 
 
