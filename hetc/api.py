@@ -8,7 +8,9 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -58,6 +60,32 @@ def _kernel_schedules(mod: tvm.IRModule) -> dict[str, str]:
     return dict(sorted(result.items()))
 
 
+_SYMBOL = re.compile(r'^(\w+) = TypeVar\("\w+"\)$', re.M)  # how TVMScript declares a symbolic var
+_LAUNCH = re.compile(r'T\.thread_binding\((.+?), thread="((?:blockIdx|threadIdx)\.[xyz])"')
+
+
+def _kernel_dims(mod: tvm.IRModule) -> dict[str, dict]:
+    """The kernels that take symbolic dims: for each, the dims (``dims``: names, from its
+    buffers' shapes) and, for GPU kernels, the launch extents that depend on them (``launch``:
+    {"blockIdx.x": "(batch * seq + 31) // 32"}). Read from each kernel's TVMScript (TVM 0.27's
+    Python API has no TIR visitor)."""
+    result = {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        text = func.script()
+        dims = sorted(set(_SYMBOL.findall(text)))
+        if not dims:
+            continue
+        launch = {}
+        for extent, axis in _LAUNCH.findall(text):
+            extent = re.sub(r"T\.int64\((\d+)\)", r"\1", extent)
+            if any(re.search(rf"\b{d}\b", extent) for d in dims):
+                launch[axis] = extent
+        result[gv.name_hint] = {"dims": dims, **({"launch": launch} if launch else {})}
+    return dict(sorted(result.items()))
+
+
 def compile(
     model: ModelSource,
     target: str | Sequence[str] = "cpu",
@@ -80,13 +108,16 @@ def compile(
     micro_batches: int = 1,
     dims: Mapping[str, Sequence[int]] | None = None,
     plan_shape: Mapping[str, int] | None = None,
+    gears: Mapping[str, Sequence[int]] | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model (path or ``ModelProto``) for ``target``.
 
     Input dims the model leaves unknown (``dim_param`` or unnamed) stay symbolic: one artifact
     runs every size in their range. ``dims`` declares ranges (``{"batch": (1, 64)}``; default
     ``DEFAULT_DIM_RANGE``), ``plan_shape`` the size costs and placement assume for a dim
-    (default: the range's low end); ``input_shapes`` binds dims statically (the fastest code
+    (default: the range's low end), ``gears`` the sizes Ascend regions are built for
+    (``{"batch": [1, 8, 32]}``; default ``options.default_gears`` of the range);
+    ``input_shapes`` binds dims statically (the fastest code
     for one shape). ``layout="NHWC"`` converts conv layouts;
     ``base_dir`` locates external data for a ``ModelProto``; ``constant_inputs`` freezes graph
     inputs to the given values (for inputs that decide output shapes: axes, pads, shapes).
@@ -114,7 +145,11 @@ def compile(
                              None if precision is None else str(precision),
                              None if calibration is None else str(calibration),
                              {k: (int(v[0]), int(v[1])) for k, v in (dims or {}).items()},
-                             {k: int(v) for k, v in (plan_shape or {}).items()})
+                             {k: int(v) for k, v in (plan_shape or {}).items()},
+                             {k: tuple(sorted({int(x) for x in v})) for k, v in (gears or {}).items()})
+    if gears and not any(t.name == "ascend" for t in targets):
+        raise UsageError("--gears chooses the shapes Ascend regions are built for; add the ascend target "
+                         "(--target ascend,cpu)")
     if (precision is not None or calibration is not None) and not any(t.backend.offload for t in targets):
         raise UsageError("--precision and --calibration choose the number types of FPGA regions; "
                          "add the fpga target (--target fpga,cpu)")
@@ -189,6 +224,8 @@ def _compile_multi(model: ModelSource, targets: list[Target], options: CompileOp
                                   allowed=allowed, solver=solver)
     if planned is not None:
         prediction = planned.to_json()
+        if loaded.dims:  # the sizes the cost models assumed for the symbolic dims
+            prediction["plan_shape"] = plan_values(loaded.dims, options.plan_shape)
         compiled.plan["prediction"] = {k: v for k, v in prediction.items() if k not in ("nodes", "edges")}
         compiled.report["placement_plan"] = prediction
     return compiled
@@ -198,22 +235,34 @@ def _start_offloads(options: CompileOptions, graph: OpGraph, loaded, targets: li
     """The ``Offload`` builds of the external targets that were given ops (``allowed``: target ->
     op graph ids), each limited to those."""
     offloads = []
+    _IDLE.set([])
     for t in targets:
         if t.kind is TargetKind.EXTERNAL:
             offload = t.backend.offload(options, graph, loaded.inputs)  # checks the target's options
             offload.allowed = (allowed or {}).get(t.name)
             if offload.allowed:
                 offloads.append(offload)
+            elif getattr(offload, "kept_on_cpu", None) is not None and offload.kept_on_cpu():
+                _IDLE.set([*_IDLE.get(), offload])  # given nothing: its report still says why
     return offloads
+
+
+# external targets a compile gave no ops, whose reports still explain why (FPGA: symbolic dims)
+_IDLE: contextvars.ContextVar = contextvars.ContextVar("hetc_idle_offloads", default=[])
 
 
 def _finish_offloads(offloads: list, manifest: Manifest, report: dict, plan: dict) -> None:
     """The regions in the report, and in plan.json the device of every op a region runs;
     "placed": false marks ops folded into others before partitioning."""
+    for o in _IDLE.get():
+        report.setdefault("offload", {})[o.target] = o.report()
+    _IDLE.set([])
     if not offloads:
         return
     for o in offloads:
         report.setdefault("offload", {})[o.target] = o.report()
+        if hasattr(o, "gears_used"):
+            manifest.gears.update(o.gears_used())
     device = {name: r.device for r in manifest.offloads for name in r.nodes}
     seen = set().union(*(o.seen for o in offloads))
     for node in plan["nodes"]:
@@ -239,6 +288,7 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
         mod, tgt.backend.stages(options, offloads) if offloads else tgt.backend.stages(options))
     times["passes"] = time.perf_counter() - start
     kernels = _kernel_schedules(mod)
+    kernel_dims = _kernel_dims(mod) if loaded.dims else {}
     start = time.perf_counter()
     executable = tgt.backend.build(mod, options)
     times["codegen"] = time.perf_counter() - start
@@ -254,6 +304,8 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
         dims={k: list(v) for k, v in loaded.dims.items()},
     )
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
+    if kernel_dims:
+        report["kernel_dims"] = kernel_dims
     plan = {"solver": solver or ("single-target" if not offloads else "offload-supported"),
             "parts": {"main": tgt.name},
             "nodes": [{"name": n.name, "op": n.op, "device": f"{tgt.device_type}:0"} for n in graph.nodes]}
@@ -298,6 +350,7 @@ def _compile_split(model: ModelSource, targets: list[Target], options: CompileOp
     mod, stage_reports = run_pipeline(mod, pl.split_stages(placed, names, native, options, offloads))
     times["passes"] = time.perf_counter() - start
     kernels = _kernel_schedules(mod)
+    kernel_dims = _kernel_dims(mod) if loaded.dims else {}
     moved, found = pl.transfers(mod, placed, names), pl.placed_nodes(mod)
     start = time.perf_counter()
     executable = pl.build(mod, placed, options)
@@ -315,6 +368,8 @@ def _compile_split(model: ModelSource, targets: list[Target], options: CompileOp
         dims={k: list(v) for k, v in loaded.dims.items()},
     )
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
+    if kernel_dims:
+        report["kernel_dims"] = kernel_dims
     report["placement"] = {"devices": list(placed.devices), "transfers": len(moved),
                            "transfer_bytes": sum(t["bytes"] for t in moved)}
     plan = {"solver": solver or ("given" if placement is not None else "accelerator-first"),

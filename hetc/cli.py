@@ -60,6 +60,12 @@ def _plan_shape(specs: tuple[str, ...]) -> dict[str, int]:
     return _unique("--plan-shape", [parse_plan_shape(s) for s in specs])
 
 
+def _gears(specs: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    from .options import parse_gears
+
+    return _unique("--gears", [parse_gears(s) for s in specs])
+
+
 def _unique(option: str, pairs: list) -> dict:
     out: dict = {}
     for name, value in pairs:
@@ -194,11 +200,14 @@ _mount_parallel()
 @click.option("--micro-batches", type=click.IntRange(min=1), default=1, show_default=True,
               help="With --pp: stream the batch through the stages in M slices, so the stages overlap.")
 @dim_options
+@click.option("--gears", "gears", multiple=True, metavar="DIM=SIZE,SIZE,...",
+              help="Sizes of a symbolic dim the Ascend regions are built for (repeatable), e.g. batch=1,8,32; "
+                   "default: powers of two in the dim's range (docs/dynamic-shapes.md).")
 @click.option("-v", "--verbose", is_flag=True, help="Print the pass pipeline table.")
 def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_inputs, layout, threads: int,
                 database: Path | None, arch: str | None, placement: Path | None, precision: str | None,
                 calibration: Path | None, pins, device_specs, objective: str, tp: int, pp: int,
-                micro_batches: int, dims, plan_shape, verbose: bool) -> None:
+                micro_batches: int, dims, plan_shape, gears, verbose: bool) -> None:
     """Compile MODEL (ONNX) into an artifact directory."""
     from . import api
     from .options import parse_arch
@@ -218,7 +227,8 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                            placement=str(placement) if str(placement) in POLICIES else placement,
                            precision=precision, calibration=calibration, pins=_pins(pins),
                            devices=parse_device_specs(device_specs), objective=objective, tp=tp, pp=pp,
-                           micro_batches=micro_batches, dims=_dim_ranges(dims), plan_shape=_plan_shape(plan_shape))
+                           micro_batches=micro_batches, dims=_dim_ranges(dims), plan_shape=_plan_shape(plan_shape),
+                           gears=_gears(gears))
     out = compiled.save(output)
     if compiled.manifest.parallel:
         _print_parallel(compiled.manifest, out, time.perf_counter() - start)
@@ -232,6 +242,14 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
     if compiled.manifest.dims:
         console.print("symbolic dims: " + ", ".join(f"{name} {low}..{high}"
                                                     for name, (low, high) in compiled.manifest.dims.items()))
+    if compiled.manifest.gears:
+        console.print("Ascend regions built for gears (emulated here): " + "; ".join(
+            f"{name} in {', '.join(map(str, sizes))}" for name, sizes in compiled.manifest.gears.items()))
+    kept = compiled.report.get("offload", {}).get("fpga", {}).get("kept_on_cpu", [])
+    if kept:
+        dims = sorted({d for k in kept for d in k["dims"]})
+        console.print(f"fpga: {len(kept)} ops stay on the CPU: symbolic dims {', '.join(dims)} (report.json "
+                      "offload.fpga.kept_on_cpu)")
     _print_offloads(compiled.manifest)
     if "prediction" in compiled.plan:
         p = compiled.plan["prediction"]

@@ -45,6 +45,9 @@ class OpNode:
     weight_bytes: int = 0  # of the constants it reads (resident on its device)
     input_bytes: int = 0  # of the model inputs it reads
     output_bytes: int = 0  # of its results that are model outputs
+    # the symbolic dims its tensors' shapes depend on (sorted names; () when all shapes are static):
+    # ``inputs``/``outputs`` then hold the shapes at the representative sizes
+    symbolic: tuple[str, ...] = ()
 
     @property
     def bytes_in(self) -> int:
@@ -166,6 +169,18 @@ class _Sizes:
         return int(dim.value) if isinstance(dim, tirx.IntImm) else dim
 
 
+def symbolic_dims(ty) -> set[str]:
+    """The names of the symbolic dims in the shapes of a Relax type (tensors and tuples)."""
+    from tvm import relax, tirx
+
+    if isinstance(ty, relax.TensorType) and ty.shape is not None and hasattr(ty.shape, "values"):
+        return {str(v.name) for d in ty.shape.values if not isinstance(d, (int, tirx.IntImm))
+                for v in tirx.analysis.undefined_vars(d)}
+    if isinstance(ty, relax.TupleType):
+        return {n for f in ty.fields for n in symbolic_dims(f)}
+    return set()
+
+
 def node_flops(op: str, ins: Sequence[TensorInfo], outs: Sequence[TensorInfo], attrs=None) -> int:
     if op in _NO_FLOPS:
         return 0
@@ -225,7 +240,8 @@ def build_opgraph(mod, targets: Sequence = (), sizes: dict[str, int] | None = No
                               node_flops(op, ins, outs, value.attrs),
                               weight_bytes=sum(t.nbytes for a in args if isinstance(a, tvm.ir.GenericConst)
                                                for t in tensors(a.ty)),
-                              input_bytes=sum(t.nbytes for a in args if a in model_inputs for t in tensors(a.ty)))
+                              input_bytes=sum(t.nbytes for a in args if a in model_inputs for t in tensors(a.ty)),
+                              symbolic=tuple(sorted({n for a in [*args, var] for n in symbolic_dims(a.ty)})))
                 node.supported_by = {t.name: bool(t.backend.supports(node)) for t in targets}
                 nodes.append(node)
                 producers[var] = [node.id]

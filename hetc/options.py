@@ -29,6 +29,9 @@ class CompileOptions:
     dims: dict[str, tuple[int, int]] = field(default_factory=dict)
     # a representative size per symbolic dim, for costs, placement and planning (--plan-shape batch=8)
     plan_shape: dict[str, int] = field(default_factory=dict)
+    # the sizes Ascend regions are built for, per symbolic dim (--gears batch=1,8,32): CANN graphs
+    # are static, or compiled for a list of shapes ("gears"); undeclared dims get default_gears
+    gears: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -47,6 +50,10 @@ class CompileOptions:
             low, high = self.dims.get(name, (0, None))
             if value < max(low, 0) or (high is not None and value > high):
                 raise UsageError(f"--plan-shape {name}={value} is outside the dim's range {low}..{high}")
+        for name, values in self.gears.items():
+            if name not in self.dims:
+                continue  # checked against the model's dims once it is loaded (check_gears)
+            check_gears(name, values, self.dims[name])
         if self.calibration is not None:
             if self.precision not in (None, "fixed"):
                 raise UsageError("--calibration chooses fixed-point types: use it with --precision fixed "
@@ -103,6 +110,42 @@ def parse_plan_shape(spec: str) -> tuple[str, int]:
 def plan_values(dims: dict[str, tuple[int, int]], plan_shape: dict[str, int]) -> dict[str, int]:
     """The size each symbolic dim is costed at: ``plan_shape``, else its range's low end (at least 1)."""
     return {name: plan_shape.get(name, min(max(low, 1), high)) for name, (low, high) in dims.items()}
+
+
+MAX_GEARS = 8  # default gears per dim; ATC takes 2..100 gears (the product over the dims, for --dynamic_dims)
+
+
+def parse_gears(spec: str) -> tuple[str, tuple[int, ...]]:
+    """``"batch=1,8,32"`` -> ("batch", (1, 8, 32)): the sizes Ascend regions are built for."""
+    name, sep, value = spec.partition("=")
+    try:
+        sizes = tuple(sorted({int(v) for v in value.split(",")}))
+    except ValueError:
+        sizes = ()
+    if not sep or not name.strip() or not sizes or sizes[0] < 1:
+        raise UsageError(f"invalid --gears {spec!r}; expected DIM=SIZE,SIZE,... with sizes >= 1 (e.g. batch=1,8,32)")
+    return name.strip(), sizes
+
+
+def check_gears(name: str, sizes, bounds: tuple[int, int]) -> None:
+    """Gears must lie within the dim's declared range."""
+    low, high = bounds
+    outside = [s for s in sizes if not low <= s <= high]
+    if outside:
+        raise UsageError(f"--gears {name}: {', '.join(map(str, outside))} outside the dim's range {low}..{high} "
+                         f"(declare a wider one with --dim {name}=LOW:HIGH)")
+
+
+def default_gears(bounds: tuple[int, int], limit: int = MAX_GEARS) -> tuple[int, ...]:
+    """The gears of a dim declared only by its range: the powers of two inside it plus both ends,
+    at most ``limit`` sizes; beyond that the largest ones are kept (with the low end), since a
+    longer input costs more and a gear must match the input exactly. 1:8 -> 1, 2, 4, 8;
+    1:512 -> 1, 8, 16, 32, 64, 128, 256, 512; 3:100 -> 3, 4, 8, 16, 32, 64, 100."""
+    low, high = max(bounds[0], 1), max(bounds[1], 1)
+    sizes = sorted({low, high} | {1 << k for k in range(high.bit_length()) if low < 1 << k < high})
+    if len(sizes) > limit:
+        sizes = [sizes[0], *sizes[len(sizes) - limit + 1:]]
+    return tuple(sizes)
 
 
 def parse_arch(spec: str | None) -> tuple[str, ...]:

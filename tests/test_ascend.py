@@ -94,7 +94,9 @@ def test_constants_only_node_is_refused():
     y = relax.Var("y", relax.TensorType((2, 3), "float64"))
     assert "ONNX Add on float64" in reason(relax.op.add(y, relax.const(np.ones((2, 3)), "float64")))
     z = relax.Var("z", relax.TensorType((tvm.tirx.Var("n", "int64"), 3), "float32"))
-    assert "dynamic" in reason(relax.op.nn.relu(z))
+    assert reason(relax.op.nn.relu(z)) is None  # a symbolic dim: the region is built for its gears
+    u = relax.Var("u", relax.TensorType(None, "float32", ndim=2))
+    assert "data-dependent" in reason(relax.op.nn.relu(u))
 
 
 # -- partitioning ------------------------------------------------------------------------------
@@ -290,3 +292,145 @@ def test_torch_exported_models_match_onnxruntime_in_emulation(name, tmp_path):
     ops = sum(len(r["nodes"]) for r in report["regions"])
     assert ops >= (25 if name == "resnet18" else 140), ops
 
+
+
+# ---- symbolic dims: gears ------------------------------------------------------------------------------
+
+def _encoder_block():
+    """x[batch, seq, 16]: layer norm, q k^T over seq, softmax, @ v, a reshape to [batch * seq, 16]
+    and back: regions whose shapes are expressions of both dims."""
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1, epsilon=1e-5),
+             helper.make_node("MatMul", ["n", "w"], ["q"]),
+             helper.make_node("Transpose", ["q"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "q"], ["a"]),
+             helper.make_node("Reshape", ["a", "flat"], ["f"]),
+             helper.make_node("Relu", ["f"], ["r"]),
+             helper.make_node("Shape", ["x"], ["xs"]),
+             helper.make_node("Reshape", ["r", "xs"], ["y"])]
+    inits = {"g": _w(16), "b": _w(16), "w": _w(16, 16) / 4, "flat": np.array([-1, 16], np.int64)}
+    return make(nodes, [tensor("x", ("batch", "seq", 16))], [tensor("y", ("batch", "seq", 16))], inits)
+
+
+def test_symbolic_dims_become_gears_and_every_gear_matches_onnxruntime(tmp_path):
+    model = _encoder_block()
+    compiled = hetc.compile(model, "ascend,cpu", placement="accelerator-first", dims={"batch": (1, 4), "seq": (1, 64)},
+                            gears={"seq": [16, 64]})
+    assert compiled.manifest.gears == {"batch": [1, 2, 4], "seq": [16, 64]}  # batch: the default, powers of two
+    report = compiled.report["offload"]["ascend"]
+    assert report["execution"] == "emulation" and all(r.emulated for r in compiled.manifest.offloads)
+    region = max(report["regions"], key=lambda r: sum(r["onnx_ops"].values()))
+    assert region["dims"] == ["batch", "seq"] and len(region["gears"]) == 6
+    assert region["atc"][0].startswith("--dynamic_dims=")
+    for batch in (1, 2, 4):
+        for seq in (16, 64):
+            x = RNG.standard_normal((batch, seq, 16)).astype(np.float32)
+            assert_close(compiled.run({"x": x})["y"], ort_run(model, {"x": x})[0])
+    with pytest.raises(hetc.errors.InputError, match=r"^input 'x' dim 1 \('seq'\) is 20, not one of the gears the "
+                                                     r"Ascend regions are built for: seq in 16, 64 "):
+        compiled.run({"x": np.zeros((1, 20, 16), np.float32)})
+
+    out = compiled.save(tmp_path / "art")
+    folder = out / "ascend" / region["name"]
+    build = (folder / "build.sh").read_text()
+    # ATC: -1 for every symbolic dim of --input_shape, ND, and one gear per (batch, seq) combination
+    assert "--input_format=ND" in build and "input0:-1,-1,16" in build
+    assert "--dynamic_dims=" in build and build.count(";", build.index("--dynamic_dims=")) >= 5
+    host = (folder / "host.cc").read_text()
+    assert "constexpr int kDynamic = 2;" in host and "aclmdlSetInputDynamicDims" in host
+    assert 'kGearDims = "batch, seq"' in host
+    sub = onnx.load(folder / "model.onnx")
+    assert [d.dim_param for d in sub.graph.input[0].type.tensor_type.shape.dim][:2] == ["batch", "seq"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["gears"] == {"batch": [1, 2, 4], "seq": [16, 64]}
+
+
+def test_symbolic_batch_alone_uses_atc_dynamic_batch_size():
+    model = make([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+                 [tensor("x", ("batch", 8))], [tensor("y", ("batch", 4))], {"w": _w(8, 4)})
+    compiled = hetc.compile(model, "ascend,cpu", placement="accelerator-first", gears={"batch": [1, 8, 32]},
+                            dims={"batch": (1, 32)})
+    (region,) = compiled.report["offload"]["ascend"]["regions"]
+    assert region["atc"] == ["--dynamic_batch_size=1,8,32"] and region["gears"] == [[1], [8], [32]]
+    for batch in (1, 8, 32):
+        x = RNG.standard_normal((batch, 8)).astype(np.float32)
+        assert_close(compiled.run({"x": x})["y"], ort_run(model, {"x": x})[0])
+    with pytest.raises(hetc.errors.InputError, match="batch in 1, 8, 32"):
+        compiled.run({"x": np.zeros((3, 8), np.float32)})
+
+
+@pytest.mark.parametrize("gears, message", [
+    ({"batch": [1, 64]}, r"--gears batch: 64 outside the dim's range 1\.\.32"),
+    ({"heads": [1, 2]}, r"--gears heads: the model has no such symbolic dim \(its dims: batch\)"),
+])
+def test_gears_must_lie_within_the_declared_range(gears, message):
+    model = make([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", ("batch", 8))], [tensor("y", ("batch", 8))])
+    with pytest.raises(hetc.errors.UsageError, match=message):
+        hetc.compile(model, "ascend,cpu", dims={"batch": (1, 32)}, gears=gears)
+
+
+def test_default_gears_are_powers_of_two_in_range_capped():
+    from hetc.options import default_gears, parse_gears
+
+    assert default_gears((1, 8)) == (1, 2, 4, 8)
+    assert default_gears((1, 512)) == (1, 8, 16, 32, 64, 128, 256, 512)  # at most 8: the low end + the largest
+    assert default_gears((3, 100)) == (3, 4, 8, 16, 32, 64, 100)
+    assert default_gears((5, 5)) == (5,)
+    assert parse_gears("batch=8,1,8") == ("batch", (1, 8))
+    with pytest.raises(hetc.errors.UsageError, match="expected DIM=SIZE,SIZE"):
+        parse_gears("batch=0,4")
+
+
+def test_cli_gears_outside_the_range_is_a_one_line_error(tmp_path):
+    model = make([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", ("batch", 8))], [tensor("y", ("batch", 8))])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    result = run_cli("compile", path, "--target", "ascend,cpu", "--dim", "batch=1:8", "--gears", "batch=1,16",
+                     "-o", tmp_path / "never")
+    lines = result.stderr.strip().splitlines()
+    assert result.code != 0 and len(lines) == 1 and "--gears batch: 16 outside the dim's range 1..8" in lines[0]
+    assert not (tmp_path / "never").exists()
+
+
+def test_plan_shape_reaches_the_ascend_cost_model():
+    """Placement costs symbolic dims at --plan-shape (default: the range's low end): the Ascend
+    and CPU times of the same op grow with it, and the compile report records the sizes."""
+    from hetc.api import plan
+
+    model = make([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+                 [tensor("x", ("batch", 64))], [tensor("y", ("batch", 64))], {"w": _w(64, 64)})
+
+    def times(**kwargs):
+        p = plan(model, "ascend,cpu", dims={"batch": (1, 4096)}, **kwargs)
+        j = p.problem.names.index(next(n.name for n in p.graph.nodes if n.op == "relax.matmul"))
+        return {d.target.name: float(p.problem.times[j, k]) for k, d in enumerate(p.devices)}
+
+    small, large = times(), times(plan_shape={"batch": 4096})
+    assert all(large[t] > small[t] for t in ("ascend", "cpu")), (small, large)
+    compiled = hetc.compile(model, "ascend,cpu", dims={"batch": (1, 4096)}, plan_shape={"batch": 256},
+                            gears={"batch": [1, 256]})
+    assert compiled.report["placement_plan"]["plan_shape"] == {"batch": 256}
+
+
+@pytest.mark.slow
+def test_exported_bert_runs_every_gear_in_emulation(tmp_path):
+    """A transformers BERT exported with symbolic batch and seq: the Ascend regions are built
+    for the gears and each gear matches onnxruntime on the whole model."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import hf_models
+
+    path = hf_models.export_bert(tmp_path / "bert.onnx", "bert-tiny")
+    compiled = hetc.compile(path, "ascend,cpu", placement="accelerator-first", dims={"batch": (1, 4), "seq": (1, 64)},
+                            gears={"batch": [1, 4], "seq": [16, 64]})
+    regions = compiled.report["offload"]["ascend"]["regions"]
+    assert sum(sum(r["onnx_ops"].values()) for r in regions) > 50
+    assert any(r.get("dims") == ["batch", "seq"] and r["atc"][0].startswith("--dynamic_dims=") for r in regions)
+    for batch in (1, 4):
+        for seq in (16, 64):
+            inputs = hf_models.bert_inputs(batch, seq)
+            for got, want in zip(compiled.run(inputs).values(), ort_run(path, inputs)):
+                assert_close(got, want)

@@ -40,7 +40,12 @@ TOKENS = RegionSpec("ascend_region1_89abcdef", "ascend_region1", (TensorIO("inpu
 PAIR = RegionSpec("ascend_region2_deadbeef", "ascend_region2",
                   (TensorIO("a", "float32", (2, 8)), TensorIO("b", "int32", (2, 4))),
                   (TensorIO("sum", "float32", (2, 8)), TensorIO("index", "int32", (2, 4))), "Ascend910B1")
-SPECS = (IMAGE, TOKENS, PAIR)
+# symbolic dims built for gears (ATC --dynamic_dims): a[batch, 8], b[batch, seq]
+DYN = RegionSpec("ascend_region3_0badf00d", "ascend_region3",
+                 (TensorIO("a", "float32", ("batch", 8)), TensorIO("b", "int32", ("batch", "seq"))),
+                 (TensorIO("sum", "float32", ("batch", 8)), TensorIO("index", "int32", ("batch", "seq"))),
+                 "Ascend910B1", dims=("batch", "seq"), gears=((1, 2), (1, 4), (2, 2), (2, 4)), dynamic="dims")
+SPECS = (IMAGE, TOKENS, PAIR, DYN)
 
 # The AscendCL functions host.o imports: those ONNX Runtime's CANN provider also imports, and the rest
 # (context per calling thread; batch gears of an ATC model; dataset cleanup). All are declared in
@@ -55,7 +60,8 @@ ACL_ALSO_IN_ORT = {
 }
 ACL_HETC_ONLY = {
     "aclrtGetCurrentContext", "aclrtSetCurrentContext", "aclmdlGetDynamicBatch", "aclmdlGetInputIndexByName",
-    "aclmdlSetDynamicBatchSize", "aclmdlGetDatasetNumBuffers",
+    "aclmdlSetDynamicBatchSize", "aclmdlGetDatasetNumBuffers", "aclmdlGetInputDynamicGearCount",
+    "aclmdlSetInputDynamicDims",
 }
 
 # Calls every function hetc_ge.h declares (as host.cc does), so that the object imports them.
@@ -154,7 +160,7 @@ STUB_CC = r"""
 
 struct aclDataBuffer { void* data; size_t size; };
 struct aclmdlDataset { std::vector<aclDataBuffer*> buffers; };
-struct aclmdlDesc { std::vector<size_t> inputs, outputs, gears; };
+struct aclmdlDesc { std::vector<size_t> inputs, outputs, gears; size_t dim_gears = 0; };
 
 namespace {
 std::string g_log, g_onnx;
@@ -176,9 +182,10 @@ aclError Parse(const std::string& text, uint32_t* id) {
     if (word == "inputs") list = &desc.inputs;
     else if (word == "outputs") list = &desc.outputs;
     else if (word == "gears") list = &desc.gears;
+    else if (word == "dimgears") { in >> desc.dim_gears; list = nullptr; }
     else if (list != nullptr) list->push_back(std::stoul(word));
   }
-  if (!desc.gears.empty()) desc.inputs.push_back(sizeof(uint64_t));
+  if (!desc.gears.empty() || desc.dim_gears > 0) desc.inputs.push_back(sizeof(uint64_t));
   *id = static_cast<uint32_t>(g_models.size() + 1);
   g_models[*id] = desc;
   return ACL_SUCCESS;
@@ -235,8 +242,18 @@ aclError aclmdlGetDynamicBatch(const aclmdlDesc* desc, aclmdlBatch* batch) {
   for (size_t g = 0; g < desc->gears.size(); g++) batch->batch[g] = desc->gears[g];
   return ACL_SUCCESS;
 }
+aclError aclmdlGetInputDynamicGearCount(const aclmdlDesc* desc, size_t, size_t* count) {
+  *count = desc->dim_gears;
+  return ACL_SUCCESS;
+}
+aclError aclmdlSetInputDynamicDims(uint32_t, aclmdlDataset*, size_t index, const aclmdlIODims* dims) {
+  std::string text;
+  for (size_t k = 0; k < dims->dimCount; k++) text += (k ? "," : "") + std::to_string(dims->dims[k]);
+  Log("aclmdlSetInputDynamicDims " + std::to_string(index) + " " + text);
+  return ACL_SUCCESS;
+}
 aclError aclmdlGetInputIndexByName(const aclmdlDesc* desc, const char* name, size_t* index) {
-  if (desc->gears.empty() || std::strcmp(name, ACL_DYNAMIC_TENSOR_NAME) != 0) return 1;
+  if ((desc->gears.empty() && desc->dim_gears == 0) || std::strcmp(name, ACL_DYNAMIC_TENSOR_NAME) != 0) return 1;
   *index = desc->inputs.size() - 1;
   return ACL_SUCCESS;
 }
@@ -260,7 +277,7 @@ aclError aclmdlExecuteAsync(uint32_t id, const aclmdlDataset* inputs, aclmdlData
   Log("aclmdlExecuteAsync");
   const aclmdlDesc& desc = g_models.at(id);
   if (inputs->buffers.size() != desc.inputs.size() || outputs->buffers.size() != desc.outputs.size()) return 2;
-  const size_t n = desc.inputs.size() - (desc.gears.empty() ? 0 : 1);
+  const size_t n = desc.inputs.size() - (desc.gears.empty() && desc.dim_gears == 0 ? 0 : 1);
   for (size_t j = 0; j < outputs->buffers.size(); j++) {
     const aclDataBuffer* in = inputs->buffers[j % n];
     aclDataBuffer* out = outputs->buffers[j];
@@ -416,7 +433,11 @@ def test_host_cc_compiles_and_exports_the_symbol(builds, ort_imports, spec):
     imports = undefined(obj)
     assert ge_symbols(imports) and ge_symbols(imports) <= ort_imports, ge_symbols(imports) - ort_imports
     acl = {s for s in imports if s.startswith("acl")}
-    assert acl == ACL_ALSO_IN_ORT | ACL_HETC_ONLY
+    # the gear calls of the other kinds of region are compiled out (kDynamic is a constant)
+    gear_calls = {"aclmdlSetDynamicBatchSize", "aclmdlGetInputDynamicGearCount", "aclmdlSetInputDynamicDims"}
+    assert ACL_ALSO_IN_ORT | (ACL_HETC_ONLY - gear_calls) <= acl <= ACL_ALSO_IN_ORT | ACL_HETC_ONLY
+    if spec.dynamic == "dims":
+        assert {"aclmdlGetInputDynamicGearCount", "aclmdlSetInputDynamicDims"} <= acl
     assert ACL_ALSO_IN_ORT <= ort_imports and not ACL_HETC_ONLY & ort_imports
 
 
@@ -525,6 +546,41 @@ def test_batch_gears(builds):
     np.testing.assert_array_equal(total, A)
     np.testing.assert_array_equal(index, B)
     assert "aclmdlSetDynamicBatchSize 2 2" in _log(lib)
+
+
+def test_dynamic_dims_select_the_gear_of_each_call(builds):
+    """A region with symbolic dims: each call sets the gear its inputs match
+    (aclmdlSetInputDynamicDims with the inputs' dims) and copies only the bytes of that shape; a
+    shape that matches no gear is a one-line error naming the dims and the gears."""
+    folder = write_region(DYN, builds.root / "run" / "dims")
+    (folder / "model.om").write_text("inputs 64 32\noutputs 64 32\ndimgears 4\n")  # the largest gear: (2, 4)
+    lib = folder / f"lib{DYN.symbol}.so"
+    tvm_ffi_lib = Path(tvm_ffi.libinfo.find_libtvm_ffi()).parent
+    cxx("-shared", builds[f"{DYN.symbol}.o"], builds["stub.o"], "-o", lib, f"-L{tvm_ffi_lib}", "-ltvm_ffi", "-ldl",
+        cwd=folder)
+    fn = tvm_ffi.load_module(lib).get_function(DYN.symbol)
+
+    def call(batch, seq):
+        a = np.arange(batch * 8, dtype=np.float32).reshape(batch, 8)
+        b = np.arange(batch * seq, dtype=np.int32).reshape(batch, seq)
+        out = np.zeros_like(a), np.zeros_like(b)
+        fn(*(tvm_ffi.from_dlpack(x) for x in (a, b, *out)))
+        return a, b, out
+
+    a, b, (total, index) = call(2, 4)
+    np.testing.assert_array_equal(total, a)
+    np.testing.assert_array_equal(index, b)
+    call(1, 2)
+    log = _log(lib)
+    assert "aclmdlSetInputDynamicDims 2 2,8,2,4" in log and "aclmdlSetInputDynamicDims 2 1,8,1,2" in log
+    assert log[-5:] == ["aclrtMemcpy to device 32", "aclrtMemcpy to device 8", "aclmdlExecuteAsync",
+                        "aclrtMemcpy to host 32", "aclrtMemcpy to host 8"]
+    with pytest.raises(ValueError, match=r"inputs a \(1, 8\); b \(1, 3\) match no gear: the region is built for "
+                                         r"\(batch, seq\) in \(1, 2\), \(1, 4\), \(2, 2\), \(2, 4\)"):
+        call(1, 3)
+    text = (folder / "build.sh").read_text()
+    assert "--dynamic_dims=1,1,2;1,1,4;2,2,2;2,2,4" in text and "--input_format=ND" in text
+    assert "a:-1,8;b:-1,-1" in text
 
 
 def test_checks_and_errors(builds, monkeypatch):
@@ -672,3 +728,22 @@ def test_build_sh_builds_a_working_library(builds, tmp_path):
     total, index = _call(tvm_ffi.load_module(lib).get_function(PAIR.symbol), A, B)
     np.testing.assert_array_equal(total, A)
     np.testing.assert_array_equal(index, B)
+
+
+def test_build_sh_passes_the_gears_of_symbolic_dims_to_atc(tmp_path):
+    toolkit = tmp_path / "toolkit"
+    (toolkit / "lib64").mkdir(parents=True)
+    folder = write_region(DYN, tmp_path / "dyn")
+    proc, calls = _run_build(folder, tmp_path, ASCEND_TOOLKIT_HOME=str(toolkit))
+    assert proc.returncode == 0, proc.stderr
+    # per gear, the size of every -1 of --input_shape in order: a's batch, b's batch and seq
+    assert calls["atc"][-3:] == ["--input_format=ND", "--input_shape=a:-1,8;b:-1,-1",
+                                 "--dynamic_dims=1,1,2;1,1,4;2,2,2;2,2,4"]
+    proc, _ = _run_build(folder, tmp_path, ASCEND_TOOLKIT_HOME=str(toolkit), DYNAMIC_BATCH="1,2")
+    assert proc.returncode == 1 and "gears were chosen at compile time" in proc.stderr
+    batch = RegionSpec("ascend_region4_0123", "ascend_region4", (TensorIO("x", "float32", ("batch", 8)),),
+                       (TensorIO("y", "float32", ("batch", 4)),), "Ascend910B1", dims=("batch",),
+                       gears=((1,), (8,), (32,)), dynamic="batch")
+    proc, calls = _run_build(write_region(batch, tmp_path / "batch"), tmp_path, ASCEND_TOOLKIT_HOME=str(toolkit))
+    assert proc.returncode == 0, proc.stderr
+    assert calls["atc"][-2:] == ["--input_shape=x:-1,8", "--dynamic_batch_size=1,8,32"]

@@ -174,6 +174,65 @@ def test_tuning_records_apply_to_cuda_kernels(examples, tmp_path):
     assert "tuned" in kinds and "none" not in kinds
 
 
+def _attention_block():
+    """x[batch, seq, 16] -> layer norm -> q k^T softmax -> @ v: matmuls, reductions and
+    elementwise kernels whose extents are the symbolic batch and seq."""
+    from onnx import helper
+    from onnx_util import make, tensor
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(16, 16)).astype(np.float32)
+    inits = {"w": w, "g": np.ones(16, np.float32), "b": np.zeros(16, np.float32)}
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1),
+             helper.make_node("MatMul", ["n", "w"], ["q"]),
+             helper.make_node("Transpose", ["q"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "q"], ["y"])]
+    return make(nodes, [tensor("x", ("batch", "seq", 16))], [tensor("y", ("batch", "seq", 16))], inits)
+
+
+def test_symbolic_dims_compile_and_the_report_lists_each_kernels_extents():
+    """dlight schedules kernels over symbolic extents; report.json's kernel_dims names, per
+    kernel, the dims it takes and the launch extents that depend on them."""
+    compiled = hetc.compile(_attention_block(), "cuda", dims={"batch": (1, 8), "seq": (1, 256)})
+    kernels, dims = compiled.report["kernels"], compiled.report["kernel_dims"]
+    assert all(rule.startswith("dlight.") for rule in kernels.values()), kernels
+    assert set(dims) <= set(kernels) and len(dims) >= 3
+    for name, entry in dims.items():
+        assert entry["dims"] and set(entry["dims"]) <= {"batch", "seq"}, (name, entry)
+        assert entry.get("launch"), f"{name}: no launch extent depends on {entry['dims']}"
+    # the q k^T matmul: one block row per 32 (or so) positions of seq, per batch element
+    scores = [e for n, e in dims.items() if kernels[n] == "dlight.Matmul" and e["dims"] == ["batch", "seq"]]
+    assert scores and any("seq" in extent for e in scores for extent in e["launch"].values())
+    assert any("batch" in extent for e in dims.values() for extent in e["launch"].values())
+    # the same model with static shapes has no symbolic kernels
+    static = hetc.compile(_attention_block(), "cuda", input_shapes={"x": (2, 8, 16)})
+    assert "kernel_dims" not in static.report
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_exported_bert_with_symbolic_dims_compiles_to_fatbins(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import hf_models
+
+    model = hf_models.export_bert(tmp_path / "bert.onnx", "bert-tiny")
+    result = run_cli("compile", model, "--target", "cuda", "--dim", "batch=1:8", "--dim", "seq=1:128",
+                     "-o", tmp_path / "art")
+    assert result.code == 0, result.stderr
+    (embedded,) = binaries.read_embedded(tmp_path / "art" / "cuda" / "model.so")
+    assert binaries.fatbin_contents(embedded.data) == ["ptx compute_90", "sass sm_90"]
+    import json
+
+    report = json.loads((tmp_path / "art" / "report.json").read_text())
+    launches = [x for e in report["kernel_dims"].values() for x in e.get("launch", {}).values()]
+    assert any("seq" in x for x in launches) and any("batch" in x for x in launches)
+
+
 @pytest.mark.slow
 @needs_nvcc
 @pytest.mark.parametrize("name", ["resnet18", "bert_tiny"])
@@ -196,3 +255,16 @@ def test_cuda_artifact_matches_onnxruntime(examples, tmp_path, name):
     result = run_cli("run", out, "--inputs", examples / f"{name}_inputs.npz", "--reference",
                      examples / f"{name}.onnx", "--tolerance", "1e-4")
     assert result.code == 0, result.stdout + result.stderr
+
+
+def test_plan_shape_reaches_the_cuda_cost_model():
+    """With symbolic dims, placement over cuda,cpu costs each op at --plan-shape."""
+    from hetc.api import plan
+
+    def times(**kwargs):
+        p = plan(_attention_block(), "cuda,cpu", dims={"batch": (1, 64), "seq": (1, 512)}, **kwargs)
+        j = p.problem.names.index(next(n.name for n in p.graph.nodes if n.op == "relax.matmul"))
+        return [float(p.problem.times[j, k]) for k in range(len(p.devices))]
+
+    small, large = times(), times(plan_shape={"batch": 64, "seq": 512})
+    assert all(b > a for a, b in zip(small, large)), (small, large)

@@ -170,3 +170,32 @@ print("ok")
 """)
     run = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout[-2000:] + run.stderr[-2000:]
+
+
+def test_symbolic_dims_keep_ops_on_cpu_and_the_report_says_why():
+    """FPGA kernels are generated for static shapes: with a symbolic batch every op stays on the
+    CPU, the FPGA report names the dim per op, and the model still runs at any batch. Bound
+    statically (input_shapes), the same model gets its FPGA region."""
+    from onnx import helper
+    from onnx_util import make, tensor
+
+    rng = np.random.default_rng(0)
+    w, b = rng.normal(size=(8, 4)).astype(np.float32), rng.normal(size=(4,)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    model = make(nodes, [tensor("x", ("batch", 8))], [tensor("y", ("batch", 4))], {"w": w, "b": b})
+
+    compiled = hetc.compile(model, "fpga,cpu", placement="accelerator-first", dims={"batch": (1, 16)})
+    assert compiled.manifest.offloads == []
+    fpga = compiled.report["offload"]["fpga"]
+    assert fpga["regions"] == []
+    kept = {k["op"]: k["reason"] for k in fpga["kept_on_cpu"]}
+    assert {"relax.matmul", "relax.add", "relax.nn.relu"} <= set(kept)
+    assert all(r.startswith("symbolic dim batch ") for r in kept.values()), kept
+    assert all(k["dims"] == ["batch"] for k in fpga["kept_on_cpu"])
+    for batch in (1, 5, 16):
+        x = rng.normal(size=(batch, 8)).astype(np.float32)
+        assert_close(compiled.run({"x": x})["y"], np.maximum(x @ w + b, 0))
+
+    static = hetc.compile(model, "fpga,cpu", placement="accelerator-first", input_shapes={"x": (2, 8)})
+    assert len(static.manifest.offloads) == 1 and "kept_on_cpu" not in static.report["offload"]["fpga"]

@@ -59,7 +59,7 @@ def _dense(n_in, n_out, dtype="float32"):
     (lambda: _conv(layout="NCHW"), "layout NCHW"),
     (lambda: _conv(dtype="int32"), "dtype int32"),
     (lambda: _dense(16, 16, "int32"), "dtype int32"),
-    (lambda: _call(relax.op.nn.relu(_var((tvm.tirx.Var("n", "int64"), 8)))), "dynamic"),
+    (lambda: _call(relax.op.nn.relu(_var((tvm.tirx.Var("n", "int64"), 8)))), "symbolic dim n"),
     (lambda: _call(relax.op.add(relax.const(np.ones((2, 3), "float32")), relax.const(np.ones((2, 3), "float32")))),
      "constants"),
     (lambda: _call(relax.op.matmul(_var((4, 8)), _var((8, 3), name="y"))), "two activations"),

@@ -91,6 +91,218 @@ def sealed(mod: tvm.IRModule, partition: Callable[[tvm.IRModule], tvm.IRModule])
     return out
 
 
+@relax.expr_functor.mutator
+class _HideSymbolic(relax.PyExprMutator):
+    """Calls of ``main`` with symbolic values among their arguments (``strided_slice(x, ..., (seq,))``,
+    ``arange(0, seq)``: TIR expressions of the symbolic dims) become calls of placeholder
+    functions, and back: TVM 0.27's ``MergeCompositeFunctions`` finds no group for such a
+    variable and aborts ("Could not find memo-ized group"). Only host ops carry such arguments
+    (no region writer takes them), so hiding them changes no region."""
+
+    def __init__(self, mod: tvm.IRModule, hidden: dict | None = None) -> None:
+        super().__init__(mod)
+        self.hidden = {} if hidden is None else hidden  # placeholder name -> original call
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and any(_symbolic_value(a) for a in call.args):
+            tensors = [a for a in call.args if _relax_var(a)]
+            params = [relax.Var(f"x{i}", a.ty) for i, a in enumerate(tensors)]
+            gv = self.builder_.add_func(_placeholder(params, call.ty), "hetc_hidden")
+            self.hidden[gv.name_hint] = call
+            return relax.Call(gv, tensors)
+        if isinstance(call.op, tvm.ir.GlobalVar) and call.op.name_hint in self.hidden:
+            original = self.hidden[call.op.name_hint]
+            args = iter(call.args)  # the tensor arguments, in order
+            return relax.Call(original.op, [next(args) if _relax_var(a) else a for a in original.args],
+                              original.attrs, original.ty_args)
+        return call
+
+
+def _symbolic_value(arg) -> bool:
+    """A TIR expression that is not a constant (``seq``, ``batch * seq``), alone or in a tuple."""
+    if isinstance(arg, relax.Tuple):
+        return any(_symbolic_value(f) for f in arg.fields)
+    return isinstance(getattr(arg, "ty", None), tvm.ir.PrimType) and not isinstance(arg, tvm.ir.Constant)
+
+
+def _relax_var(arg) -> bool:
+    return isinstance(arg, relax.Var) and not isinstance(arg.ty, tvm.ir.PrimType)
+
+
+def _placeholder(params: list, ty) -> relax.Function:
+    """A function of ``params`` typed to return ``ty``; it never runs (the call is restored)."""
+    return relax.Function(params, relax.SeqExpr([], relax.const(0)), ty, is_pure=True)
+
+
+def merge_composites(mod: tvm.IRModule) -> tvm.IRModule:
+    """``MergeCompositeFunctions`` with the calls that take symbolic values hidden from it (see
+    ``_HideSymbolic``)."""
+    hide = _HideSymbolic(mod)
+    main = hide.visit_expr(mod["main"])
+    if not hide.hidden:
+        return relax.transform.MergeCompositeFunctions()(mod)
+    inner = hide.builder_.get()
+    inner["main"] = main
+    out = relax.transform.MergeCompositeFunctions()(inner)
+    show = _HideSymbolic(out, hide.hidden)
+    main = show.visit_expr(out["main"])
+    out = show.builder_.get()
+    out["main"] = main
+    for gv in list(out.get_global_vars()):
+        if gv.name_hint in hide.hidden:
+            del out[gv]
+    return out
+
+
+def _erased(ty) -> bool:
+    """Whether a tensor (or tuple) type lost a shape it must have (``ndim`` only)."""
+    if isinstance(ty, relax.TupleType):
+        return any(_erased(f) for f in ty.fields)
+    return isinstance(ty, relax.TensorType) and ty.shape is None and ty.ndim >= 0
+
+
+@relax.expr_functor.mutator
+class _Retype(relax.PyExprMutator):
+    """Region functions typed again from their call sites and composites (see ``restore_types``),
+    and ``main``'s bindings of their results re-derived from them."""
+
+    def __init__(self, mod: tvm.IRModule, params: dict | None = None, regions: set | None = None,
+                 drop: dict | None = None) -> None:
+        super().__init__(mod)
+        self.params = params or {}  # old param -> new param (or the shape it stands for)
+        self.regions = regions or set()
+        self.drop = drop or {}  # region -> indices of call arguments to drop
+
+    def visit_var_(self, var: relax.Var) -> relax.Expr:
+        return self.params[var] if var in self.params else super().visit_var_(var)
+
+    def visit_var_binding_(self, binding) -> None:
+        value = self.visit_expr(binding.value)
+        region = (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar)
+                  and value.op.name_hint in self.regions)
+        if region:  # a fresh call: its type is inferred from the region's new signature
+            drop = self.drop.get(value.op.name_hint, set())
+            value = relax.Call(self.builder_.get().get_global_var(value.op.name_hint),
+                               [a for k, a in enumerate(value.args) if k not in drop], value.attrs, value.ty_args)
+        if region or _erased(binding.var.ty):
+            output = not isinstance(binding.var, relax.DataflowVar) and self.builder_.current_block_is_dataflow()
+            new = (self.builder_.emit_output if output else self.builder_.emit)(value, binding.var.name)
+            self.set_var_remap(binding.var, new)
+        else:
+            super().visit_var_binding_(binding)
+
+
+def restore_types(mod: tvm.IRModule, codegen: str) -> tvm.IRModule:
+    """Give the ``codegen`` regions back the shapes ``MergeCompositeFunctions`` erases when they
+    are symbolic (TVM 0.27 types a merged function's parameters and result ``R.Tensor(ndim=2)``):
+    first each result from the composite functions that produce it, with ``main``'s bindings of
+    the results re-derived from those; then the parameters from the arguments at the call site."""
+    regions = codegen_functions(mod, codegen)
+    changed = set()
+    dims = {v.name: v for v in relax.analysis.defined_symbolic_vars(mod["main"])}
+    for name, func in regions.items():
+        if not _erased(func.ret_ty):
+            continue
+        ret = _result_type(func, dims)
+        if ret is not None:
+            mod = _replace(mod, name, relax.Function(func.params, func.body, ret, func.is_pure, func.attrs))
+            changed.add(name)
+    if changed:
+        retype = _Retype(mod, regions=changed, drop={})
+        main = retype.visit_expr(mod["main"])
+        mod = retype.builder_.get()
+        mod["main"] = main
+    for _ in range(len(regions) + 1):  # a region's arguments may be the results of one fixed in this round
+        mod, progress = _restore_params(mod, codegen)
+        if not progress:
+            break
+    return mod
+
+
+def _restore_params(mod: tvm.IRModule, codegen: str) -> tuple[tvm.IRModule, bool]:
+    """The regions' erased parameters typed from their arguments in ``main`` (where those are
+    typed), symbolic shape arguments moved inside; whether anything changed."""
+    regions = codegen_functions(mod, codegen)
+    calls = {c.op.name_hint: c for c in calls_to(mod["main"], set(regions))}
+    drop: dict[str, set[int]] = {}
+    for name, func in regions.items():
+        call = calls.get(name)
+        if call is None:
+            continue
+        # a reshape's symbolic target shape is passed in as a parameter: put it back inside
+        shapes = {k for k, a in enumerate(call.args) if isinstance(a, relax.ShapeExpr)}
+        erased = {k for k, (p, a) in enumerate(zip(func.params, call.args)) if _erased(p.ty) and not _erased(a.ty)}
+        if not shapes and not erased:
+            continue
+        params = {p: a if k in shapes else relax.Var(p.name, a.ty) if k in erased else p
+                  for k, (p, a) in enumerate(zip(func.params, call.args))}
+        body = _Retype(mod, params).visit_expr(func.body)
+        kept = [v for k, v in enumerate(params.values()) if k not in shapes]
+        mod = _replace(mod, name, relax.Function(kept, body, func.ret_ty, func.is_pure, func.attrs))
+        drop[name] = shapes
+    if drop:
+        retype = _Retype(mod, regions=set(drop), drop=drop)
+        main = retype.visit_expr(mod["main"])
+        mod = retype.builder_.get()
+        mod["main"] = main
+    return mod, bool(drop)
+
+
+def _replace(mod: tvm.IRModule, name: str, func: relax.Function) -> tvm.IRModule:
+    """``mod`` with ``func`` as the function ``name``, under a new GlobalVar typed from ``func``
+    (the old one keeps its old signature; ``BlockBuilder.add_func`` types the new one)."""
+    del mod[mod.get_global_var(name)]
+    bb = relax.BlockBuilder(mod)
+    bb.add_func(func, name)
+    return bb.get()
+
+
+def _result_type(func: relax.Function, dims: dict):
+    """A merged region's result type from the composite functions its result comes from, with
+    their symbolic vars replaced by ``main``'s of the same name (``dims``); None: not found."""
+    locals_, types = {}, {}
+    for block in func.body.blocks:
+        for b in block.bindings:
+            v = b.value
+            if isinstance(v, relax.Function):
+                locals_[b.var] = v
+            elif isinstance(v, relax.Call) and v.op in locals_:
+                types[b.var] = locals_[v.op].ret_ty
+            elif isinstance(v, relax.Call) and isinstance(v.op, relax.Function):
+                types[b.var] = v.op.ret_ty
+            elif isinstance(v, relax.TupleGetItem) and isinstance(types.get(v.tuple_value), relax.TupleType):
+                types[b.var] = types[v.tuple_value].fields[v.index]
+            elif isinstance(v, relax.Var) and v in types:
+                types[b.var] = types[v]
+    result = func.body.body
+    fields = result.fields if isinstance(result, relax.Tuple) else [result]
+    found = [types.get(f, getattr(f, "ty", None)) for f in fields]
+    if any(t is None or _erased(t) for t in found):
+        return None
+    found = [_rename_dims(t, dims) for t in found]
+    return relax.TupleType(found) if isinstance(result, relax.Tuple) else found[0]
+
+
+def _rename_dims(ty, dims: dict):
+    """``ty`` with each symbolic var replaced by the var of ``dims`` (name -> var) of its name."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer
+
+    if isinstance(ty, relax.TupleType):
+        return relax.TupleType([_rename_dims(f, dims) for f in ty.fields])
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
+        return ty
+    analyzer = Analyzer()
+    for d in ty.shape.values:
+        if not isinstance(d, (int, tirx.IntImm)):
+            for v in tirx.analysis.undefined_vars(d):
+                if v.name in dims and not v.same_as(dims[v.name]):
+                    analyzer.bind(v, dims[v.name])
+    return relax.TensorType([d if isinstance(d, (int, tirx.IntImm)) else analyzer.simplify(d)
+                             for d in ty.shape.values], ty.dtype)
+
+
 class CodegenContext:
     """Which ``RegionOffload`` a registered ``relax.ext.<codegen>`` works for: ``RunCodegen``
     calls the codegen by name, so the compile in progress is set around it (``active``)."""

@@ -85,10 +85,13 @@ class Manifest:
     parallel: dict = field(default_factory=dict)
     # symbolic input dims -> [low, high] (inputs' shapes name them); written only when there are any
     dims: dict[str, list[int]] = field(default_factory=dict)
+    # symbolic dims some Ascend region takes -> the sizes ("gears") the regions are built for;
+    # other sizes are refused at run time; written only when there are any
+    gears: dict[str, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         data = asdict(self)
-        for optional in ("offloads", "parallel", "dims"):
+        for optional in ("offloads", "parallel", "dims", "gears"):
             if not data[optional]:
                 del data[optional]
         # "devices" is written only for split parts: one-device manifests read as before.
@@ -113,6 +116,7 @@ class Manifest:
             offloads=[Offload(**o) for o in data.get("offloads", [])],
             parallel=dict(data.get("parallel", {})),
             dims={str(k): [int(v[0]), int(v[1])] for k, v in data.get("dims", {}).items()},
+            gears={str(k): [int(x) for x in v] for k, v in data.get("gears", {}).items()},
         )
 
 

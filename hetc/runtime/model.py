@@ -51,7 +51,7 @@ class CompiledModel:
                 raise InputError(f"input '{name}' has dtype {array.dtype.name}, expected {spec.dtype}")
             arrays.append(array)
         problem = shape_problem([s.to_json() for s in expected.values()], [a.shape for a in arrays],
-                                self.manifest.dims)
+                                self.manifest.dims, self.manifest.gears)
         if problem:
             raise InputError(problem)
         return arrays

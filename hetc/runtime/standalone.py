@@ -78,11 +78,12 @@ def _check_dims(value) -> dict:
     return value
 
 
-def shape_problem(specs: list[dict], shapes: list[tuple], dims: dict) -> str | None:
+def shape_problem(specs: list[dict], shapes: list[tuple], dims: dict, gears: dict | None = None) -> str | None:
     """Why ``shapes`` (one per input, in order) do not fit the inputs ``specs`` (dicts with
     name, shape) and the symbolic dims' ranges ``dims`` ({name: [low, high]}), or None.
 
-    A symbolic dim must lie in its range and be the same size in every input that has it."""
+    A symbolic dim must lie in its range, be one of its ``gears`` (the sizes Ascend regions are
+    built for, {name: [sizes]}) where it has some, and be the same size in every input that has it."""
     seen: dict[str, tuple[int, str]] = {}
     for spec, shape in zip(specs, shapes):
         name, want = spec["name"], list(spec["shape"])
@@ -99,6 +100,10 @@ def shape_problem(specs: list[dict], shapes: list[tuple], dims: dict) -> str | N
             if not low <= size <= high:
                 return (f"input '{name}' dim {axis} ('{dim}') is {size}, outside its range {low}..{high} "
                         f"(compile with --dim {dim}=LOW:HIGH to change it)")
+            if gears and dim in gears and size not in gears[dim]:
+                return (f"input '{name}' dim {axis} ('{dim}') is {size}, not one of the gears the Ascend regions "
+                        f"are built for: {dim} in {', '.join(map(str, gears[dim]))} (compile with --gears "
+                        f"{dim}=SIZE,...)")
             if dim in seen and seen[dim][0] != size:
                 return (f"input '{name}' dim {axis} ('{dim}') is {size}, but input '{seen[dim][1]}' has "
                         f"{dim} = {seen[dim][0]}")

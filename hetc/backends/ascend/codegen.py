@@ -28,16 +28,26 @@ def _codegen(functions, _options, _constant_names):
 def generate(func, offload) -> None:
     """Record one region on ``offload`` with its generated files."""
     from .host import host_files
-    from .pipeline import AscendRegion
+    from .pipeline import AscendRegion, region_gears
 
     symbol = str(func.attrs["global_symbol"])
     model, inputs, outputs, ops, neighbours = offload.pending[symbol]
     name = symbol.rsplit("_", 1)[0]
-    spec = RegionSpec(symbol, name, tuple(inputs), tuple(outputs), offload.soc_version)
+    spec = region_gears(RegionSpec(symbol, name, tuple(inputs), tuple(outputs), offload.soc_version), offload.gears)
     files = host_files(spec)
     files["README.md"] = readme(spec, ops)
     offload.regions.append(AscendRegion(symbol, node_ids(func), spec=spec, model=model, files=files,
                                         onnx_ops=ops, host_neighbours=neighbours))
+
+
+def _gears_text(spec: RegionSpec) -> str:
+    if not spec.dynamic:
+        return ""
+    from .host import atc_gears
+
+    gears = ", ".join("(" + ", ".join(map(str, g)) + ")" for g in spec.gears)
+    return (f"Symbolic dims ({', '.join(spec.dims)}): built for the gears {gears}; build.sh passes "
+            f"`{atc_gears(spec)[0][:200]}` to ATC, and host.cc selects the gear of each call's inputs.\n\n")
 
 
 def readme(spec: RegionSpec, ops: dict[str, int]) -> str:
@@ -59,7 +69,7 @@ On a machine with CANN and an NPU (soc `{spec.soc_version}`):
 exports `{spec.symbol}`: the function the artifact's VM calls (inputs, then outputs). Without
 `model.om` it builds the graph in-process with CANN's graph engine from `{spec.onnx_file}`.
 
-Ops: {", ".join(f"{k} x{v}" for k, v in ops.items())}
+{_gears_text(spec)}Ops: {", ".join(f"{k} x{v}" for k, v in ops.items())}
 
 | input | dtype | shape |
 |---|---|---|

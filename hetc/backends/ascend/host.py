@@ -58,8 +58,13 @@ def _check(spec: RegionSpec) -> None:
         if t.dtype not in _DLPACK:
             raise ValueError(f"{spec.name}: {t.name} has dtype {t.dtype}; the Ascend host program supports "
                              f"{', '.join(_DLPACK)}")
-        if not t.name or any(d < 0 for d in t.shape):
-            raise ValueError(f"{spec.name}: tensor {t.name!r} {t.shape} needs a name and a static shape")
+        if not t.name or any(isinstance(d, int) and d < 0 for d in t.shape) or (
+                not spec.dynamic and not all(isinstance(d, int) for d in t.shape)):
+            raise ValueError(f"{spec.name}: tensor {t.name!r} {t.shape} needs a name and a static shape "
+                             "(or symbolic dims with gears)")
+    if spec.dynamic not in ("", "batch", "dims") or (spec.dynamic and (len(spec.gears) < 2 or any(
+            len(g) != len(spec.dims) for g in spec.gears))):
+        raise ValueError(f"{spec.name}: dynamic {spec.dynamic!r} needs two or more gears of {spec.dims}")
     for t in spec.inputs:  # input_shape is "name:d0,d1;name2:..."
         if any(c in t.name for c in ";:,"):
             raise ValueError(f"{spec.name}: input name {t.name!r} has one of ;:, (ATC's --input_shape syntax)")
@@ -70,7 +75,7 @@ def _input_shape(inputs: tuple[TensorIO, ...], dynamic_batch: bool = False) -> s
     for ``dynamic_batch``)."""
     def dims(t: TensorIO) -> str:
         shape = [-1, *t.shape[1:]] if dynamic_batch and t.shape else list(t.shape)
-        return ",".join(map(str, shape))
+        return ",".join(str(d) if isinstance(d, int) else "-1" for d in shape)  # symbolic: -1 (gears)
     return ";".join(f"{t.name}:{dims(t)}" for t in inputs)
 
 
@@ -87,12 +92,21 @@ def _comment(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_ .,:;()<>=+\-/\[\]]", "?", text)[:120]
 
 
-def _tensor_spec(t: TensorIO) -> str:
+def _tensor_spec(t: TensorIO, spec: RegionSpec) -> str:
+    """A TensorSpec initializer: symbolic dims are -1, and the bytes those of the largest gear."""
     code, bits = _DLPACK[t.dtype]
-    nbytes = math.prod(t.shape) * bits // 8
-    shape = "(" + ", ".join(map(str, t.shape)) + ("," if len(t.shape) == 1 else "") + ")"
-    return (f"    {{{_c_string(t.name)}, \"{t.dtype}\", {code}, {bits}, {{{', '.join(map(str, t.shape))}}}, "
+    shapes = [spec.shape_at(t, g) for g in spec.gears] if spec.dynamic else [t.shape]
+    nbytes = max(math.prod(s) for s in shapes) * bits // 8
+    dims = [d if isinstance(d, int) else -1 for d in t.shape]
+    shape = "(" + ", ".join(_comment(str(d)) for d in t.shape) + ("," if len(t.shape) == 1 else "") + ")"
+    return (f"    {{{_c_string(t.name)}, \"{t.dtype}\", {code}, {bits}, {{{', '.join(map(str, dims))}}}, "
             f"\"{shape}\", {nbytes}}},")
+
+
+def _gear_table(spec: RegionSpec) -> str:
+    """Per gear, the region's input dims concatenated (what aclmdlSetInputDynamicDims takes)."""
+    rows = [", ".join(str(d) for t in spec.inputs for d in spec.shape_at(t, g)) for g in spec.gears]
+    return "\n".join(f"    {{{row}}}," for row in rows)
 
 
 def _host_cc(spec: RegionSpec) -> str:
@@ -102,14 +116,42 @@ def _host_cc(spec: RegionSpec) -> str:
         name=_comment(spec.name), symbol=spec.symbol, soc=_c_string(spec.soc_version),
         onnx_file=_c_string(spec.onnx_file), onnx_comment=_comment(spec.onnx_file),
         input_shape=_c_string(_input_shape(spec.inputs)),
-        inputs="\n".join(map(_tensor_spec, spec.inputs)), outputs="\n".join(map(_tensor_spec, spec.outputs)),
+        inputs="\n".join(_tensor_spec(t, spec) for t in spec.inputs),
+        outputs="\n".join(_tensor_spec(t, spec) for t in spec.outputs),
+        dynamic={"": 0, "batch": 1, "dims": 2}[spec.dynamic], gear_table=_gear_table(spec) if spec.dynamic else "",
+        gear_dims=_c_string(", ".join(spec.dims)),
+        gear_list=_c_string(_gear_text(spec) if spec.dynamic else ""),
         params=",\n           ".join(params), in_args=", ".join(f"in{i}" for i in range(len(spec.inputs))),
         out_args=", ".join(f"out{j}" for j in range(len(spec.outputs))))
 
 
+def _gear_text(spec: RegionSpec, limit: int = 12) -> str:
+    """The gears as "(batch, seq) in (1, 16), (1, 32), ..." for error messages."""
+    rows = ["(" + ", ".join(map(str, g)) + ")" for g in spec.gears]
+    shown = ", ".join(rows[:limit]) + (f", ... ({len(rows)} gears)" if len(rows) > limit else "")
+    return f"({', '.join(spec.dims)}) in {shown}"
+
+
+def atc_gears(spec: RegionSpec) -> list[str]:
+    """ATC's options for the region's gears: ``--dynamic_batch_size=1,2,4`` or
+    ``--dynamic_dims=v,v;v,v`` (per gear, the size of every -1 of --input_shape, in order)."""
+    if spec.dynamic == "batch":
+        return [f"--dynamic_batch_size={','.join(str(g[0]) for g in spec.gears)}"]
+    if spec.dynamic == "dims":
+        rows = [",".join(str(spec.shape_at(t, g)[axis]) for t in spec.inputs for axis, d in enumerate(t.shape)
+                         if isinstance(d, str)) for g in spec.gears]
+        return [f"--dynamic_dims={';'.join(rows)}"]
+    return []
+
+
 def _build_sh(spec: RegionSpec) -> str:
-    four_d = bool(spec.inputs) and all(len(t.shape) == 4 for t in spec.inputs)
-    if any(t.shape for t in spec.inputs):
+    four_d = bool(spec.inputs) and all(len(t.shape) == 4 for t in spec.inputs) and spec.dynamic != "dims"
+    if spec.dynamic:
+        dynamic = """\
+    echo "build.sh: this region's gears were chosen at compile time (hetc compile --gears);" \\
+      "DYNAMIC_BATCH does not apply" >&2
+    exit 1"""
+    elif any(t.shape for t in spec.inputs):
         dynamic = f"""\
     if ! [[ "$DYNAMIC_BATCH" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]]; then
       echo "build.sh: DYNAMIC_BATCH must list batch sizes, like 1,2,4,8" >&2
@@ -124,7 +166,8 @@ def _build_sh(spec: RegionSpec) -> str:
     return _BUILD_SH.substitute(
         name=_comment(spec.name), symbol=spec.symbol, soc=shlex.quote(spec.soc_version),
         onnx_file=shlex.quote(spec.onnx_file), input_format="NCHW" if four_d else "ND",
-        static_shape=shlex.quote(_input_shape(spec.inputs)), dynamic=dynamic)
+        static_shape=shlex.quote(_input_shape(spec.inputs)), dynamic=dynamic,
+        gears=" ".join(shlex.quote(o) for o in atc_gears(spec)))
 
 
 _HOST_CC = Template("""\
@@ -178,6 +221,16 @@ $inputs
 };
 const std::vector<TensorSpec> kOutputs = {
 $outputs
+};
+
+// Symbolic dims (-1 above): the model is built for these gears (build.sh passes them to ATC), and
+// every call selects the one its inputs match. 0: static, 1: --dynamic_batch_size
+// (aclmdlSetDynamicBatchSize), 2: --dynamic_dims (aclmdlSetInputDynamicDims).
+constexpr int kDynamic = $dynamic;
+constexpr const char* kGearDims = $gear_dims;
+constexpr const char* kGearList = $gear_list;
+const std::vector<std::vector<int64_t>> kGears = {  // per gear: the inputs' dims, concatenated
+$gear_table
 };
 
 // ---- Errors ----------------------------------------------------------------------------------------
@@ -249,6 +302,7 @@ struct Model {
   std::vector<void*> device_buffers;
   std::vector<void*> input_data, output_data;  // the device buffers of kInputs[i], kOutputs[j]
   std::vector<size_t> input_capacity;
+  size_t gear_index = SIZE_MAX;  // the model input that takes the gear (ACL_DYNAMIC_TENSOR_NAME)
 
   ~Model() {
     if (context != nullptr) aclrtSetCurrentContext(context);
@@ -334,10 +388,20 @@ std::unique_ptr<Model> Load() {
   if (m->desc == nullptr) TVM_FFI_THROW(RuntimeError) << kSymbol << ": aclmdlCreateDesc failed" << AclMessage();
   Check(aclmdlGetDesc(m->desc, m->id), "aclmdlGetDesc");
   // A model built with ATC --dynamic_batch_size has one more input: the batch size.
+  // With --dynamic_dims, one more input takes the dims of the gear.
   aclmdlBatch gears{};
   bool dynamic = aclmdlGetDynamicBatch(m->desc, &gears) == ACL_SUCCESS && gears.batchCount > 0;
+  size_t dim_gears = 0;
+  if (kDynamic == 2 && aclmdlGetInputDynamicGearCount(m->desc, static_cast<size_t>(-1), &dim_gears) == ACL_SUCCESS) {
+    dynamic = dynamic || dim_gears > 0;
+  }
+  if (kDynamic != 0 && !dynamic) {
+    TVM_FFI_THROW(RuntimeError) << kSymbol << ": the model in " << dir << " has no gears; the region takes "
+                                << kGearDims << " (rebuild model.om with this folder's build.sh)";
+  }
   size_t batch_index = SIZE_MAX;
   if (dynamic) Check(aclmdlGetInputIndexByName(m->desc, ACL_DYNAMIC_TENSOR_NAME, &batch_index), "aclmdlGetInputIndexByName");
+  m->gear_index = batch_index;
   const size_t num_inputs = aclmdlGetNumInputs(m->desc), num_outputs = aclmdlGetNumOutputs(m->desc);
   if (num_inputs != kInputs.size() + (dynamic ? 1 : 0) || num_outputs != kOutputs.size()) {
     TVM_FFI_THROW(RuntimeError) << kSymbol << ": the model in " << dir << " has " << num_inputs << " inputs and "
@@ -372,7 +436,7 @@ std::unique_ptr<Model> Load() {
     }
     m->output_data.push_back(m->AddBuffer(m->outputs, size));
   }
-  if (dynamic) {  // run the gear of the region's batch (the inputs' leading dim)
+  if (dynamic && kDynamic == 0) {  // DYNAMIC_BATCH of a static region: the gear of its batch
     uint64_t batch = kInputs.empty() || kInputs[0].shape.empty() ? 0 : static_cast<uint64_t>(kInputs[0].shape[0]);
     bool found = false;
     for (size_t g = 0; g < gears.batchCount; g++) found = found || gears.batch[g] == batch;
@@ -394,7 +458,9 @@ char* HostData(const tvm::ffi::TensorView& t) { return static_cast<char*>(t.data
 
 void CheckTensor(const tvm::ffi::TensorView& t, const TensorSpec& spec, const char* role) {
   bool same = t.ndim() == static_cast<int32_t>(spec.shape.size());
-  for (int32_t axis = 0; same && axis < t.ndim(); axis++) same = t.size(axis) == spec.shape[axis];
+  for (int32_t axis = 0; same && axis < t.ndim(); axis++) {
+    same = spec.shape[axis] < 0 ? t.size(axis) >= 0 : t.size(axis) == spec.shape[axis];  // -1: a symbolic dim
+  }
   if (!same) {
     std::ostringstream got;
     for (int32_t axis = 0; axis < t.ndim(); axis++) got << (axis ? ", " : "") << t.size(axis);
@@ -411,23 +477,63 @@ void CheckTensor(const tvm::ffi::TensorView& t, const TensorSpec& spec, const ch
   if (!t.IsContiguous()) TVM_FFI_THROW(ValueError) << kSymbol << ": " << role << " " << spec.name << " must be contiguous";
 }
 
+// The bytes of a tensor as called (its symbolic dims at their sizes in this call).
+size_t Bytes(const tvm::ffi::TensorView& t, const TensorSpec& spec) {
+  size_t n = spec.bits / 8;
+  for (int32_t axis = 0; axis < t.ndim(); axis++) n *= static_cast<size_t>(t.size(axis));
+  return n;
+}
+
+// The gear the inputs' shapes match (their dims, concatenated, as kGears lists them).
+size_t SelectGear(const std::vector<tvm::ffi::TensorView>& inputs, std::vector<int64_t>& dims) {
+  for (const tvm::ffi::TensorView& t : inputs) {
+    for (int32_t axis = 0; axis < t.ndim(); axis++) dims.push_back(t.size(axis));
+  }
+  for (size_t g = 0; g < kGears.size(); g++) {
+    if (kGears[g] == dims) return g;
+  }
+  std::ostringstream got;
+  for (size_t i = 0; i < inputs.size(); i++) {
+    got << (i ? "; " : "") << kInputs[i].name << " (";
+    for (int32_t axis = 0; axis < inputs[i].ndim(); axis++) got << (axis ? ", " : "") << inputs[i].size(axis);
+    got << ")";
+  }
+  TVM_FFI_THROW(ValueError) << kSymbol << ": inputs " << got.str() << " match no gear: the region is built for "
+                            << kGearList << " (hetc compile --gears)";
+  return SIZE_MAX;  // not reached
+}
+
 void Run(const std::vector<tvm::ffi::TensorView>& inputs, const std::vector<tvm::ffi::TensorView>& outputs) {
   for (size_t i = 0; i < kInputs.size(); i++) CheckTensor(inputs[i], kInputs[i], "input");
   for (size_t j = 0; j < kOutputs.size(); j++) CheckTensor(outputs[j], kOutputs[j], "output");
+  std::vector<int64_t> dims;
+  if (kDynamic != 0) SelectGear(inputs, dims);
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_model == nullptr) g_model = Load().release();
   Model& m = *g_model;
   Check(aclrtSetCurrentContext(m.context), "aclrtSetCurrentContext");  // the calling thread may be a new one
+  if (kDynamic == 1) {
+    Check(aclmdlSetDynamicBatchSize(m.id, m.inputs, m.gear_index, static_cast<uint64_t>(dims[0])),
+          "aclmdlSetDynamicBatchSize");
+  } else if (kDynamic == 2) {
+    aclmdlIODims gear{};
+    if (dims.size() > ACL_MAX_DIM_CNT) TVM_FFI_THROW(ValueError) << kSymbol << ": too many input dims for AscendCL";
+    gear.dimCount = dims.size();
+    for (size_t k = 0; k < dims.size(); k++) gear.dims[k] = dims[k];
+    Check(aclmdlSetInputDynamicDims(m.id, m.inputs, m.gear_index, &gear), "aclmdlSetInputDynamicDims");
+  }
   for (size_t i = 0; i < kInputs.size(); i++) {
-    if (kInputs[i].nbytes == 0) continue;
-    Check(aclrtMemcpy(m.input_data[i], m.input_capacity[i], HostData(inputs[i]), kInputs[i].nbytes,
+    size_t nbytes = Bytes(inputs[i], kInputs[i]);
+    if (nbytes == 0) continue;
+    Check(aclrtMemcpy(m.input_data[i], m.input_capacity[i], HostData(inputs[i]), nbytes,
                       ACL_MEMCPY_HOST_TO_DEVICE), "aclrtMemcpy (host to device)");
   }
   Check(aclmdlExecuteAsync(m.id, m.inputs, m.outputs, m.stream), "aclmdlExecuteAsync");
   Check(aclrtSynchronizeStream(m.stream), "aclrtSynchronizeStream");
   for (size_t j = 0; j < kOutputs.size(); j++) {
-    if (kOutputs[j].nbytes == 0) continue;
-    Check(aclrtMemcpy(HostData(outputs[j]), kOutputs[j].nbytes, m.output_data[j], kOutputs[j].nbytes,
+    size_t nbytes = Bytes(outputs[j], kOutputs[j]);
+    if (nbytes == 0) continue;
+    Check(aclrtMemcpy(HostData(outputs[j]), nbytes, m.output_data[j], nbytes,
                       ACL_MEMCPY_DEVICE_TO_HOST), "aclrtMemcpy (device to host)");
   }
 }
@@ -461,7 +567,7 @@ fi
 
 if [ "$${SKIP_ATC:-0}" != 1 ]; then
   input_shape=$static_shape
-  gears=()
+  gears=($gears)
   if [ -n "$${DYNAMIC_BATCH:-}" ]; then
 $dynamic
   fi

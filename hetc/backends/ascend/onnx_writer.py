@@ -22,7 +22,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ...graph import TensorInfo, static_tensor
+from dataclasses import dataclass
+
 from .spec import OPSET, TensorIO
 
 
@@ -30,7 +31,23 @@ class Unsupported(Exception):
     """The Relax call cannot be written for CANN; the message says why."""
 
 
-tensor_of = static_tensor
+@dataclass(frozen=True)
+class Shaped:
+    """A tensor's dtype and shape: ints, and for symbolic dims their expression as text
+    (``"seq"``, ``"batch * seq"``): ONNX ``dim_param``s, ATC ``-1``s built for gears."""
+
+    shape: tuple[int | str, ...]
+    dtype: str
+
+
+def tensor_of(ty) -> Shaped | None:
+    """The ``Shaped`` of a Relax tensor type, or None (not a tensor, or an unknown shape or rank)."""
+    from tvm import relax, tirx
+
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
+        return None
+    dims = tuple(int(d) if isinstance(d, (int, tirx.IntImm)) else str(d) for d in ty.shape.values)
+    return Shaped(dims, str(ty.dtype))
 
 _ELEM = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "int64": TensorProto.INT64,
          "int32": TensorProto.INT32, "int8": TensorProto.INT8, "uint8": TensorProto.UINT8, "bool": TensorProto.BOOL}
@@ -91,10 +108,10 @@ def writes(*ops: str):
     return register
 
 
-def _out(call) -> TensorInfo:
+def _out(call) -> Shaped:
     info = tensor_of(call.ty)
     if info is None:
-        raise Unsupported("its result is not a tensor with a static shape")
+        raise Unsupported("its result is not a tensor with a known shape")
     return info
 
 
@@ -220,11 +237,21 @@ def _sum(g: _Graph, call, args: list[str]) -> str:  # opset 13: ReduceSum takes 
 
 @writes("relax.reshape")
 def _reshape(g: _Graph, call, args: list[str]) -> str:
+    """A constant target shape: 0 copies the input's dim at that axis (the batch stays free for
+    ATC's gears), and one symbolic dim that is no input dim at its axis becomes -1 (inferred)."""
     out = _out(call)
     data = tensor_of(call.args[0].ty)
     shape = list(out.shape)
     if shape and data.shape and shape[0] == data.shape[0]:
-        shape[0] = 0  # "copy the input's dim": the batch stays free for ATC's dynamic-batch gears
+        shape[0] = 0
+    for axis, dim in enumerate(shape):
+        if isinstance(dim, str) and axis < len(data.shape) and data.shape[axis] == dim:
+            shape[axis] = 0
+    free = [axis for axis, dim in enumerate(shape) if isinstance(dim, str)]
+    if len(free) > 1:
+        raise Unsupported(f"reshape to {list(out.shape)}: more than one symbolic dim to infer")
+    for axis in free:
+        shape[axis] = -1
     return g.node("Reshape", [args[0], g.const(np.array(shape, np.int64), "shape")], out.dtype)
 
 
@@ -247,7 +274,10 @@ def _unsqueeze(g: _Graph, call, args: list[str]) -> str:
 def _squeeze(g: _Graph, call, args: list[str]) -> str:
     data = tensor_of(call.args[0].ty)
     axes = _attr(call, "axis")
-    axes = [i for i, d in enumerate(data.shape) if d == 1] if axes is None else [int(a) % len(data.shape) for a in axes]
+    if axes is None:
+        axes = [i for i, d in enumerate(data.shape) if isinstance(d, int) and d == 1]
+    else:
+        axes = [int(a) % len(data.shape) for a in axes]
     return g.node("Squeeze", [args[0], g.const(np.array(axes, np.int64), "axes")], _out(call).dtype)
 
 
@@ -296,8 +326,9 @@ def _tensor_args(call) -> list:
 
 
 def op_reason(call) -> str | None:
-    """Why CANN cannot take this Relax call (None: it can): no writer, a dynamic shape, an
-    attribute or dtype outside CANN's table, or only constant inputs."""
+    """Why CANN cannot take this Relax call (None: it can): no writer, an unknown shape, an
+    attribute or dtype outside CANN's table, or only constant inputs. Symbolic dims are taken:
+    the region is built for the dims' gears (``pipeline.Gears``)."""
     import tvm
 
     from . import support
@@ -308,7 +339,7 @@ def op_reason(call) -> str | None:
     args = _tensor_args(call)
     infos = [tensor_of(a.ty) for a in args]
     if any(i is None for i in infos) or tensor_of(call.ty) is None:
-        return "dynamic or non-tensor shapes (CANN regions are compiled for static shapes)"
+        return "data-dependent or non-tensor shapes (CANN regions are built for known shapes or gears)"
     if args and all(isinstance(a, tvm.ir.GenericConst) for a in args):
         return "all inputs are constants (CANN's parser folds such nodes away)"
     g = _Graph()
@@ -340,14 +371,16 @@ def region_model(func, name: str) -> tuple[onnx.ModelProto, list[TensorIO], list
     for k, param in enumerate(func.params):
         info = tensor_of(param.ty)
         if info is None:
-            raise Unsupported(f"region input {param.name} is not a tensor with a static shape")
+            raise Unsupported(f"region input {param.name} is not a tensor with a known shape")
         env[param] = f"input{k}"
         g.dtypes[env[param]] = info.dtype
         inputs.append(TensorIO(env[param], info.dtype, info.shape))
 
-    def value(expr) -> str:
+    def value(expr) -> str | None:
         if isinstance(expr, tvm.ir.GenericConst):
             return g.constant(expr)
+        if isinstance(expr, relax.ShapeExpr):
+            return None  # a reshape's target shape: the writer reads it from the result's type
         return env[expr]
 
     def walk(fn, args: list[str]) -> str | list:
@@ -386,7 +419,7 @@ def region_model(func, name: str) -> tuple[onnx.ModelProto, list[TensorIO], list
     for k, (ref, ty) in enumerate(zip(results, types)):
         info = tensor_of(ty)
         if info is None:
-            raise Unsupported(f"region output {k} is not a tensor with a static shape")
+            raise Unsupported(f"region output {k} is not a tensor with a known shape")
         out = f"output{k}"
         g.nodes.append(helper.make_node("Identity", [ref], [out], name=out))
         outputs.append(TensorIO(out, info.dtype, info.shape))

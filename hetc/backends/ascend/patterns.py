@@ -31,9 +31,11 @@ from ..byoc import (
     codegen_functions,
     func_attr,
     isolated_movement,
+    merge_composites,
     op_calls,
     op_graph_ids,
     placed_here,
+    restore_types,
 )
 from . import onnx_writer
 
@@ -81,7 +83,7 @@ def partition(mod: tvm.IRModule, allowed: set[int] | None = None) -> tvm.IRModul
     table = pattern_table(isolated, allowed, op_graph_ids(mod["main"]))
     mod = relax.transform.FuseOpsByPattern(table, annotate_codegen=False)(mod)
     mod = _annotate(mod, before)
-    return relax.transform.MergeCompositeFunctions()(mod)
+    return restore_types(merge_composites(mod), CODEGEN)
 
 
 def _bindings(func) -> list:

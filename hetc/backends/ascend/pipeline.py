@@ -31,7 +31,7 @@ from ...errors import CompileError
 from ...graph import OpGraph
 from ...options import CompileOptions
 from ..byoc import TAG, BuiltRegion, RegionOffload, calls_to, codegen_functions, name_regions
-from . import onnx_writer, patterns, runtime, support
+from . import host, onnx_writer, patterns, runtime, support
 from .spec import RegionSpec
 
 
@@ -50,10 +50,11 @@ class AscendOffload(RegionOffload):
     target = "ascend"
     layout = "model"  # partition before the host's layout passes
 
-    def __init__(self, options: CompileOptions, graph: OpGraph) -> None:
+    def __init__(self, options: CompileOptions, graph: OpGraph, inputs: Sequence = ()) -> None:
         super().__init__(graph)
         self.options = options
         self.soc_version = soc_version(options)
+        self.gears = model_gears(options, inputs)  # symbolic dim -> the sizes regions are built for
         self.pending: dict[str, tuple[bytes, list, list, dict[str, int], dict[str, str]]] = {}
 
     def cut(self, mod: tvm.IRModule) -> tvm.IRModule:
@@ -106,6 +107,15 @@ class AscendOffload(RegionOffload):
         return [Offload(r.name, self.target, "ascend:0", part, runtime.EXECUTION, emulated=True,
                         project=f"ascend/{r.spec.name}", nodes=r.nodes, linked=False) for r in self.regions]
 
+    def gears_used(self) -> dict[str, list[int]]:
+        """The gears of the symbolic dims some region takes (the manifest's ``gears``: the run
+        time refuses other sizes of those dims)."""
+        used: dict[str, set[int]] = {}
+        for r in self.regions:
+            for k, name in enumerate(r.spec.dims):
+                used.setdefault(name, set()).update(g[k] for g in r.spec.gears)
+        return {name: sorted(sizes) for name, sizes in sorted(used.items())}
+
     def report(self) -> dict:
         return {"execution": runtime.EXECUTION,
                 "note": "Ascend regions run as ONNX subgraphs on onnxruntime (CPU) here: emulation, not NPU "
@@ -131,15 +141,20 @@ def _region_report(r: AscendRegion) -> dict:
     def tensors(items) -> list[dict]:
         return [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape)} for t in items]
 
-    def nbytes(items) -> int:
+    def nbytes(items) -> int:  # at the largest gear, with symbolic dims
         import numpy as np
 
-        return sum(int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize for t in items)
+        shapes = [[r.spec.shape_at(t, g) for t in items] for g in r.spec.gears] if r.spec.dynamic else [
+            [t.shape for t in items]]
+        return max(sum(int(np.prod(s, dtype=np.int64)) * np.dtype(t.dtype).itemsize for s, t in zip(row, items))
+                   for row in shapes)
 
+    gears = {"dims": list(r.spec.dims), "gears": [list(g) for g in r.spec.gears],
+             "atc": host.atc_gears(r.spec)} if r.spec.dims else {}
     return {"name": r.spec.name, "symbol": r.name, "nodes": r.nodes, "onnx_ops": r.onnx_ops,
             "inputs": tensors(r.spec.inputs), "outputs": tensors(r.spec.outputs),
             "bytes_in": nbytes(r.spec.inputs), "bytes_out": nbytes(r.spec.outputs),
-            "onnx_bytes": len(r.model), "host_neighbours": r.host_neighbours}
+            "onnx_bytes": len(r.model), "host_neighbours": r.host_neighbours, **gears}
 
 
 def _neighbours(main: relax.Function, gv_name: str) -> set[str]:
@@ -170,5 +185,71 @@ def soc_version(options: CompileOptions) -> str:
     return get_spec("ascend-910b").arch
 
 
-def offload(options: CompileOptions, graph: OpGraph, _inputs: Sequence) -> AscendOffload:
-    return AscendOffload(options, graph)
+def offload(options: CompileOptions, graph: OpGraph, inputs: Sequence) -> AscendOffload:
+    return AscendOffload(options, graph, inputs)
+
+
+MAX_GEAR_COMBINATIONS = 100  # ATC: --dynamic_batch_size / --dynamic_dims take 2..100 gears
+
+
+def model_gears(options: CompileOptions, inputs: Sequence) -> dict[str, tuple[int, ...]]:
+    """The gears of every symbolic dim of the model's inputs: ``options.gears`` (checked against
+    the dims' ranges), else ``default_gears`` of the range."""
+    from ...errors import UsageError
+    from ...frontends.onnx.loader import DEFAULT_DIM_RANGE
+    from ...options import check_gears, default_gears
+
+    names = sorted({d for spec in inputs for d in spec.shape if isinstance(d, str)})
+    unknown = sorted(set(options.gears) - set(names))
+    if unknown:
+        raise UsageError(f"--gears {', '.join(unknown)}: the model has no such symbolic dim "
+                         f"({'its dims: ' + ', '.join(names) if names else 'its input shapes are static'})")
+    result = {}
+    for name in names:
+        bounds = tuple(options.dims.get(name, DEFAULT_DIM_RANGE))
+        if name in options.gears:
+            check_gears(name, options.gears[name], bounds)
+            result[name] = tuple(options.gears[name])
+        else:
+            result[name] = default_gears(bounds)
+    return result
+
+
+def region_gears(spec: RegionSpec, gears: dict[str, tuple[int, ...]]) -> RegionSpec:
+    """``spec`` with its symbolic dims' gears (every combination of the dims' gears), and how
+    ATC takes them (``RegionSpec.dynamic``); unchanged when its shapes are static."""
+    import itertools
+
+    from .spec import dim_names
+
+    tensors = spec.inputs + spec.outputs
+    names = sorted({n for t in tensors for d in t.shape for n in dim_names(d)})
+    if not names:
+        return spec
+    missing = [n for n in names if n not in gears]
+    if missing:
+        raise CompileError(f"internal: Ascend region {spec.name} uses symbolic dims {missing} with no gears")
+    combos = tuple(itertools.product(*(gears[n] for n in names)))
+    if len(combos) > MAX_GEAR_COMBINATIONS:
+        from ...errors import UsageError
+
+        sizes = " x ".join(f"{len(gears[n])} ({n})" for n in names)
+        raise UsageError(f"Ascend region {spec.name} takes dims {', '.join(names)}: {sizes} = {len(combos)} gear "
+                         f"combinations, more than ATC's {MAX_GEAR_COMBINATIONS}; give fewer with --gears "
+                         f"{names[0]}=...")
+    symbolic_inputs = [(axis, d) for t in spec.inputs for axis, d in enumerate(t.shape) if isinstance(d, str)]
+    if len(combos) == 1:  # one gear: built statically at it (ATC needs at least two gears)
+        from dataclasses import replace
+
+        from .spec import TensorIO
+
+        spec = replace(spec, dims=tuple(names), gears=combos)
+        return replace(spec, inputs=tuple(TensorIO(t.name, t.dtype, spec.shape_at(t, combos[0])) for t in spec.inputs),
+                       outputs=tuple(TensorIO(t.name, t.dtype, spec.shape_at(t, combos[0])) for t in spec.outputs))
+    if len(names) == 1 and symbolic_inputs and all(axis == 0 and d == names[0] for axis, d in symbolic_inputs):
+        dynamic = "batch"
+    else:
+        dynamic = "dims"
+    from dataclasses import replace
+
+    return replace(spec, dims=tuple(names), gears=combos, dynamic=dynamic)

@@ -28,7 +28,9 @@ The table (``hetc_fpga.<name>``, earlier entries win; ``C`` a constant):
   batch axis first; reshape keeping the batch size.
 
 Every op also needs: float32 tensors, static shapes, the batch axis first and unchanged, and
-at least one non-constant input.
+at least one non-constant input. An op whose shapes use a symbolic input dim (``--dim``) stays
+on the CPU with the reason "symbolic dim seq (...)": the kernels are generated for one shape
+(``FpgaOffload.report`` lists those ops under ``kept_on_cpu``).
 
 Every decision comes from one place, ``check_view``, over an ``OpView`` (op name, tensor
 shapes/dtypes, attrs and constant values where known). It serves three callers:
@@ -62,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from ...graph import OpNode, TensorInfo, static_tensor
+from ...graph import OpNode, TensorInfo, static_tensor, symbolic_dims
 
 CODEGEN = "hetc_fpga"
 
@@ -94,6 +96,7 @@ class OpView:
     output: TensorInfo | None
     attrs: dict[str, Any] | None = None
     consts: list[np.ndarray | None] | None = None  # per input: its value if a constant
+    symbolic: tuple[str, ...] = ()  # the symbolic dims of its shapes (names)
 
     def const(self, i: int) -> np.ndarray | None:
         return None if self.consts is None else self.consts[i]
@@ -135,11 +138,20 @@ def view_of_call(call) -> OpView:
     if call.attrs is not None:
         attrs = {n: _py(getattr(call.attrs, n)) for n in _ATTR_NAMES if hasattr(call.attrs, n)}
     consts = [a.value.numpy() if isinstance(a, tvm.ir.GenericConst) else None for a in args]
-    return OpView(str(call.op.name), [tensor_info(a.ty) for a in args], tensor_info(call.ty), attrs, consts)
+    symbolic = tuple(sorted({n for a in [*args, call] for n in symbolic_dims(getattr(a, "ty", None))}))
+    return OpView(str(call.op.name), [tensor_info(a.ty) for a in args], tensor_info(call.ty), attrs, consts,
+                  symbolic)
 
 
 def view_of_node(node: OpNode) -> OpView:
-    return OpView(node.op, list(node.inputs), node.outputs[0] if len(node.outputs) == 1 else None)
+    return OpView(node.op, list(node.inputs), node.outputs[0] if len(node.outputs) == 1 else None,
+                  symbolic=node.symbolic)
+
+
+def symbolic_reason(names) -> str:
+    """Why an op with symbolic dims stays on the CPU."""
+    return (f"symbolic dim{'s' if len(names) > 1 else ''} {', '.join(names)} "
+            "(FPGA kernels are generated for static shapes)")
 
 
 # -- the rules -----------------------------------------------------------------------------------
@@ -363,6 +375,8 @@ def check_view(v: OpView, limits: Limits | None = None) -> str | None:
     check = _CHECKS.get(v.op)
     if check is None:
         return f"no FPGA kernel for {v.op}"
+    if v.symbolic:
+        return symbolic_reason(v.symbolic)
     expected = _TENSOR_ARGS.get(v.op, 1)
     if len(v.inputs) != expected or v.output is None or any(t is None for t in v.inputs):
         return "dynamic (symbolic or data-dependent) shape"
@@ -510,9 +524,9 @@ def partition(mod, limits: Limits | None = None, allowed: set[int] | None = None
     reshapes with no FPGA computation next to them stay on the CPU."""
     from tvm import relax
 
-    from ..byoc import op_graph_ids
+    from ..byoc import merge_composites, op_graph_ids
 
     table = pattern_table(limits, isolated_movement(mod["main"], limits, allowed), allowed,
                           op_graph_ids(mod["main"]))
     mod = relax.transform.FuseOpsByPattern(table, annotate_codegen=False)(mod)
-    return relax.transform.MergeCompositeFunctions()(mod)
+    return merge_composites(mod)

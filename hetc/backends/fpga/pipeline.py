@@ -128,7 +128,16 @@ class FpgaOffload(RegionOffload):
                                          **({"error_vs_float": r.errors[layer.name]} if layer.name in r.errors
                                             else {})}
                                         for layer in r.region.layers],
-                             "estimate": r.estimate} for r in self.regions]}
+                             "estimate": r.estimate} for r in self.regions],
+                **({"kept_on_cpu": kept} if (kept := self.kept_on_cpu()) else {})}
+
+    def kept_on_cpu(self) -> list[dict]:
+        """The model's ops the FPGA has a kernel for that stay on the CPU because their shapes
+        use symbolic dims, each with the reason ("symbolic dim seq (...)")."""
+        offloaded = {n for r in self.regions for n in r.nodes}
+        return [{"node": n.name, "op": n.op, "dims": list(n.symbolic), "reason": patterns.symbolic_reason(n.symbolic)}
+                for n in self.graph.nodes
+                if n.symbolic and n.op in patterns.SUPPORTED_OPS and n.name not in offloaded]
 
     def write(self, root: Path) -> None:
         from .emit import write_files
