@@ -213,8 +213,8 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
         io, ii = sch.split(mloop, [None, tile.rows])
         tile_loops.append(io)
         weight_bytes = math.prod(it.dom for it in reduce) * j.dom * 4 if all(map(_static, reduce + [j])) else None
-        if packs and weight_bytes is not None and weight_bytes <= SMALL_WEIGHT_BYTES:
-            tile_loops.reverse()
+        if (packs and weight_bytes is not None and weight_bytes <= SMALL_WEIGHT_BYTES) or not _static(rows_axes[0]):
+            tile_loops.reverse()  # (symbolic rows go first: see the parallel loop below)
     outer = [loops[it.var] for it in batch]
     sch.reorder(*outer, *tile_loops, *r_loops, *([ii] if ii is not None else []), ji)
 
@@ -231,7 +231,13 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     sch.reverse_compute_at(epilogue, tile_loops[-1], preserve_unit_loops=True)
     # One task per register tile; the static chunking of a parallel loop hands each thread a
     # contiguous run of tiles: of one column panel (panel major), or of whole rows.
-    sch.parallel(sch.fuse(*outer, *tile_loops))
+    # A loop fused after a symbolic one would be indexed modulo a symbolic extent, which the
+    # simplifier cannot prove positive: the accumulator's index would stay symbolic and the tile
+    # would leave the registers (3x slower). So only the loops from the last symbolic one on
+    # are fused and parallel; the ones before it (a symbolic batch) stay serial around them.
+    order = [*outer, *tile_loops]
+    first = max((k for k, loop in enumerate(order) if not isinstance(sch.get(loop).extent, tirx.IntImm)), default=0)
+    sch.parallel(sch.fuse(*order[first:]) if len(order) - first > 1 else order[first])
     if ii is not None:
         sch.unroll(ii)
     if tile.width:
