@@ -125,15 +125,18 @@ def bench_bert(work: Path, config: str, shapes: list[tuple[int, int]], repeat: i
             cell["ok"] = cell["rel_err"] <= TOLERANCE
             runners = {"dynamic": lambda: dynamic.run(inputs)}
             if static:
-                fixed, cell["static_compile_s"] = _compile(
-                    path, input_shapes={"input_ids": [batch, seq], "attention_mask": [batch, seq]})
-                cell["static_rel_err"] = max(rel_err(g, w) for g, w in zip(_outputs(fixed.run(inputs)), want))
-                runners["static"] = lambda: fixed.run(inputs)
+                try:
+                    fixed, cell["static_compile_s"] = _compile(
+                        path, input_shapes={"input_ids": [batch, seq], "attention_mask": [batch, seq]})
+                    cell["static_rel_err"] = max(rel_err(g, w) for g, w in zip(_outputs(fixed.run(inputs)), want))
+                    runners["static"] = lambda: fixed.run(inputs)
+                except Exception as err:  # noqa: BLE001 - the dynamic and ort columns still run
+                    cell["static_error"] = _fail(err)
             runners["onnxruntime"] = lambda: session.run(None, inputs)
             cell["ms"] = alternate(runners, repeat)
             ms = cell["ms"]
             cell["dynamic_over_ort"] = ms["dynamic"] / ms["onnxruntime"]
-            if static:
+            if "static" in ms:
                 cell["dynamic_over_static"] = ms["dynamic"] / ms["static"]
         except Exception as err:  # noqa: BLE001 - recorded in the cell, the run goes on
             cell["error"] = _fail(err)
@@ -197,6 +200,8 @@ def print_tables(report: dict, console: Console) -> None:
                           _fmt(ms.get("onnxruntime")), _fmt(c.get("dynamic_over_static")),
                           _fmt(c.get("dynamic_over_ort")), f"{c['rel_err']:.1e}" if "rel_err" in c else
                           c.get("error", ""), str(c.get("ok", "")))
+            if "static_error" in c:
+                console.print(f"static build {c['batch']}x{c['seq']}: {c['static_error']}")
         console.print(table)
         console.print(f"kernel rules: {bert['kernel_rules']}; contractions left to generic: "
                       f"{bert['contractions_left_to_generic'] or 'none'}")

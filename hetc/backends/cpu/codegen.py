@@ -41,7 +41,7 @@ def build(mod: tvm.IRModule, options: CompileOptions):
     """Lower the optimized module to the Relax VM and generate LLVM code."""
     target = llvm_target(options)
     try:
-        pipeline = tvm.transform.Sequential([tvm.relax.get_default_pipeline(target), _shape_funcs_noalias])
+        pipeline = tvm.transform.Sequential([tvm.relax.get_pipeline("default"), _shape_funcs_noalias])
         return tvm.compile(mod, target, relax_pipeline=pipeline)
     except Exception as err:
         raise CompileError(f"CPU code generation failed: {last_line(err)}") from err
