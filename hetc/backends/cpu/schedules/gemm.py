@@ -62,6 +62,9 @@ SMALL_WEIGHT_BYTES = 64 * 1024
 # MAX_ROWS, columns up to 4 vectors of 16 lanes), so the best tile wins on its own merits and a
 # remainder is left to a guarded tail (split's predicate).
 SYMBOLIC_EXTENT = 720720
+# Fewer static tasks than this in the parallel loop of a symbolic kernel: parallelize the outer
+# (batch, head) loops instead.
+MIN_TASKS = 8
 
 
 @dataclass(frozen=True)
@@ -235,9 +238,17 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     # simplifier cannot prove positive: the accumulator's index would stay symbolic and the tile
     # would leave the registers (3x slower). So only the loops from the last symbolic one on
     # are fused and parallel; the ones before it (a symbolic batch) stay serial around them.
+    # When that leaves too few tasks (attention: rows and columns both symbolic), the outer
+    # loops (batch x heads) are the parallel loop instead and the tiles run serially in a task
+    # (a parallel region per row of tiles cost 10 ms per kernel on a loaded 2-core machine).
     order = [*outer, *tile_loops]
-    first = max((k for k, loop in enumerate(order) if not isinstance(sch.get(loop).extent, tirx.IntImm)), default=0)
-    sch.parallel(sch.fuse(*order[first:]) if len(order) - first > 1 else order[first])
+    static = [isinstance(sch.get(loop).extent, tirx.IntImm) for loop in order]
+    first = max((k for k, fixed in enumerate(static) if not fixed), default=0)
+    tasks = math.prod(int(sch.get(loop).extent) for loop, fixed in zip(order[first:], static[first:]) if fixed)
+    if tasks < MIN_TASKS and outer and first >= len(outer):
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+    else:
+        sch.parallel(sch.fuse(*order[first:]) if len(order) - first > 1 else order[first])
     if ii is not None:
         sch.unroll(ii)
     if tile.width:
