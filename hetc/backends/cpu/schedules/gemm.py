@@ -248,7 +248,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     if tasks < MIN_TASKS and outer and first >= len(outer):
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
     else:
-        sch.parallel(sch.fuse(*order[first:]) if len(order) - first > 1 else order[first])
+        sch.parallel(sch.fuse(*order[first:]))
     if ii is not None:
         sch.unroll(ii)
     if tile.width:
