@@ -2,7 +2,8 @@
 
     python benchmarks/dynamic_shapes.py [--parts bert,resnet] [--bert-config bert-base]
                                         [--shapes 1x16,1x128,4x64,2x384] [--batches 1,3,8]
-                                        [--repeat N] [--no-static] [--quick] [--json out.json]
+                                        [--repeat N] [--no-static] [--static-resnet] [--quick]
+                                        [--json out.json]
 
 (a) BERT (``examples/hf_models.py``: a transformers BertModel, random weights, exported by
 torch with symbolic ``batch`` and ``seq``): one hetc artifact compiled with
@@ -144,7 +145,7 @@ def bench_bert(work: Path, config: str, shapes: list[tuple[int, int]], repeat: i
     return result
 
 
-def bench_resnet(work: Path, batches: list[int], repeat: int, console: Console) -> dict:
+def bench_resnet(work: Path, batches: list[int], repeat: int, static: bool, console: Console) -> dict:
     from torch_models import export
 
     path, _ = export("resnet50", work, dynamic_batch=True)
@@ -164,11 +165,21 @@ def bench_resnet(work: Path, batches: list[int], repeat: int, console: Console) 
             want = session.run(None, inputs)
             cell["rel_err"] = max(rel_err(g, w) for g, w in zip(_outputs(dynamic.run(inputs)), want))
             cell["ok"] = cell["rel_err"] <= TOLERANCE
-            ms = alternate({"dynamic": lambda: dynamic.run(inputs),
-                            "onnxruntime": lambda: session.run(None, inputs)}, repeat)
+            runners = {"dynamic": lambda: dynamic.run(inputs)}
+            if static:
+                try:
+                    fixed, cell["static_compile_s"] = _compile(path, input_shapes={"input": [batch, 3, 224, 224]})
+                    cell["static_rel_err"] = max(rel_err(g, w) for g, w in zip(_outputs(fixed.run(inputs)), want))
+                    runners["static"] = lambda: fixed.run(inputs)
+                except Exception as err:  # noqa: BLE001
+                    cell["static_error"] = _fail(err)
+            runners["onnxruntime"] = lambda: session.run(None, inputs)
+            ms = alternate(runners, repeat)
             cell["ms"] = ms
             cell["images_per_s"] = {k: batch * 1e3 / v for k, v in ms.items()}
             cell["dynamic_over_ort"] = ms["dynamic"] / ms["onnxruntime"]
+            if "static" in ms:
+                cell["dynamic_over_static"] = ms["dynamic"] / ms["static"]
         except Exception as err:  # noqa: BLE001
             cell["error"] = _fail(err)
         console.print(f"  resnet50 batch {batch}: {cell.get('ms', cell.get('error'))}")
@@ -208,11 +219,12 @@ def print_tables(report: dict, console: Console) -> None:
     resnet = report.get("resnet")
     if resnet:
         table = Table(title=f"ResNet-50, one artifact with dims {resnet['dims']}", box=box.SIMPLE_HEAVY)
-        for col in ("batch", "hetc ms", "onnxruntime ms", "hetc img/s", "ort img/s", "hetc / ort", "rel err", "ok"):
+        for col in ("batch", "hetc ms", "static ms", "onnxruntime ms", "hetc img/s", "ort img/s", "hetc / ort",
+                    "rel err", "ok"):
             table.add_column(col, justify="right")
         for c in resnet["batches"]:
             ms, ips = c.get("ms", {}), c.get("images_per_s", {})
-            table.add_row(str(c["batch"]), _fmt(ms.get("dynamic")), _fmt(ms.get("onnxruntime")),
+            table.add_row(str(c["batch"]), _fmt(ms.get("dynamic")), _fmt(ms.get("static")), _fmt(ms.get("onnxruntime")),
                           _fmt(ips.get("dynamic"), 1), _fmt(ips.get("onnxruntime"), 1),
                           _fmt(c.get("dynamic_over_ort")),
                           f"{c['rel_err']:.1e}" if "rel_err" in c else c.get("error", ""), str(c.get("ok", "")))
@@ -229,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", default="1,3,8", help="ResNet-50 batch sizes")
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--no-static", action="store_true", help="skip the static BERT builds")
+    parser.add_argument("--static-resnet", action="store_true", help="also a static ResNet-50 build per batch")
     parser.add_argument("--quick", action="store_true", help="bert-tiny, two small shapes, batches 1,3, 3 repeats")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
@@ -251,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         if "bert" in parts:
             report["bert"] = bench_bert(work, args.bert_config, shapes, args.repeat, not args.no_static, console)
         if "resnet" in parts:
-            report["resnet"] = bench_resnet(work, [int(b) for b in args.batches.split(",")], args.repeat, console)
+            report["resnet"] = bench_resnet(work, [int(b) for b in args.batches.split(",")], args.repeat,
+                                            args.static_resnet, console)
     print_tables(report, console)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
