@@ -206,3 +206,57 @@ def test_every_sliding_window_variant_is_correct(name):
             assert_close(run(f), want)
         checked += 1
     assert checked == 1
+
+
+def _symbolic_conv_model(depthwise=False):
+    """Conv + bias + ReLU (or a depthwise conv) with a symbolic batch."""
+    c, k = (16, 16) if depthwise else (8, 24)
+    inits = {"W": _w(k, 1 if depthwise else c, 3, 3), "B": _w(k)}
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["y"], kernel_shape=[3, 3], pads=[1] * 4,
+                              group=c if depthwise else 1), helper.make_node("Relu", ["y"], ["z"])]
+    return make(nodes, [tensor("x", ["batch", c, 9, 11])], [tensor("z", ["batch", k, 9, 11])], inits)
+
+
+SYMBOLIC_CASES = {
+    # name: (model, dims, sizes to run, rule the heavy kernel must get)
+    "conv_batch": (_symbolic_conv_model, {"batch": (1, 8)}, [{"batch": b} for b in (1, 3, 8)], "contraction"),
+    "depthwise_batch": (lambda: _symbolic_conv_model(depthwise=True), {"batch": (1, 8)},
+                        [{"batch": b} for b in (1, 5)], "sliding-window"),
+    # seq is the matmul's rows: tails of 1..tile-1 rows are padded to a whole tile
+    "matmul_seq": (lambda: make([helper.make_node("MatMul", ["x", "W"], ["y0"]),
+                                 helper.make_node("Add", ["y0", "B"], ["y"])],
+                                [tensor("x", ["batch", "seq", 48])], [tensor("y", ["batch", "seq", 40])],
+                                {"W": _w(48, 40), "B": _w(40)}),
+                   {"batch": (1, 4), "seq": (1, 64)},
+                   [{"batch": 1, "seq": s} for s in (1, 5, 16, 37)] + [{"batch": 3, "seq": 13}], "contraction"),
+    # attention scores: seq is the rows and the columns, and the reduction of scores x values
+    "attention_seq": (lambda: make([helper.make_node("MatMul", ["q", "kt"], ["s"]),
+                                    helper.make_node("MatMul", ["s", "v"], ["y"])],
+                                   [tensor("q", ["batch", 2, "seq", 16]), tensor("kt", ["batch", 2, 16, "seq"]),
+                                    tensor("v", ["batch", 2, "seq", 16])], [tensor("y", ["batch", 2, "seq", 16])]),
+                      {"batch": (1, 4), "seq": (1, 64)},
+                      [{"batch": 1, "seq": s} for s in (1, 7, 32)] + [{"batch": 2, "seq": 19}], "contraction"),
+}
+
+
+@pytest.mark.parametrize("name", list(SYMBOLIC_CASES))
+def test_symbolic_extents_keep_their_rule_and_match_onnxruntime(name):
+    """One artifact with symbolic dims: the contraction / sliding-window rules take the kernels
+    (not generic) and every size, tails that are not a multiple of the tile included, matches."""
+    build, dims, sizes, rule = SYMBOLIC_CASES[name]
+    model = build()
+    compiled = hetc.compile(model, "cpu", dims=dims)
+    kernels = compiled.report["kernels"]
+    assert rule in kernels.values() and "none" not in kernels.values(), kernels
+    if rule == "contraction":
+        heavy = [k for k in kernels if "matmul" in k or "conv" in k]
+        assert heavy and all(kernels[k] == "contraction" for k in heavy), kernels
+    rng = np.random.default_rng(2)
+    for size in sizes:
+        inputs = {v.name: rng.standard_normal([size[d.dim_param] if d.dim_param else d.dim_value
+                                               for d in v.type.tensor_type.shape.dim]).astype(np.float32)
+                  for v in model.graph.input}
+        outputs = compiled.run(inputs)
+        for got, want in zip(outputs.values(), ort_run(model, inputs)):
+            assert got.shape == want.shape
+            assert_close(np.asarray(got), want)

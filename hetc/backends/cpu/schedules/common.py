@@ -18,6 +18,8 @@ PREPROC = "meta_schedule.layout_rewrite_preproc"
 # Below this many iterations a parallel region costs more than it saves (a thread-pool launch
 # is a few microseconds; one iteration of a simple kernel a few nanoseconds).
 MIN_PARALLEL_ITERATIONS = 4096
+# What a symbolic extent (batch, seq) counts as when deciding whether to parallelize.
+SYMBOLIC_SIZE = 16
 
 
 @dataclass(frozen=True)
@@ -96,12 +98,14 @@ def _panel_map(pos: int, width: int):
     return index_map
 
 
-def inline_chain(sch: Schedule, acc, infos: list[SBlockInfo], main: SBlockInfo):
+def inline_chain(sch: Schedule, acc, infos: list[SBlockInfo], main: SBlockInfo, first=()):
     """Fold the blocks after ``main`` into one epilogue block reading the accumulator ``acc``.
 
-    ``acc`` is the cache-write block of ``main``. Returns the block that stores the final tile.
+    ``acc`` is the cache-write block of ``main``; ``first``: blocks that come before the
+    original consumers (``pad_einsum``'s copy out of the padded result). Returns the block
+    that stores the final tile.
     """
-    consumers = [b.block_rv for b in infos[infos.index(main) + 1:]]
+    consumers = list(first) + [b.block_rv for b in infos[infos.index(main) + 1:]]
     if not consumers:
         return acc
     sch.compute_inline(acc)
@@ -139,11 +143,14 @@ def schedule_spatial(sch: Schedule, block, lanes: int,
     """An injective block: all loops fused, SIMD-wide inner part vectorized, the rest parallel."""
     loops = sch.get_loops(block)
     extents = [sch.get(loop).extent for loop in loops]
-    if not loops or not all(isinstance(e, tirx.IntImm) for e in extents):
+    if not loops:
         return
-    total = math.prod(int(e) for e in extents)
+    # A symbolic extent (batch, seq) counts as SYMBOLIC_SIZE iterations: big enough to run in
+    # parallel and vectorized, small enough that a kernel of a few static iterations stays serial.
+    total = math.prod(int(e) if isinstance(e, tirx.IntImm) else SYMBOLIC_SIZE for e in extents)
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    if int(extents[-1]) % lanes == 0 and total >= 4 * lanes and vector_dtypes(sch.get(block)):
+    if (isinstance(extents[-1], tirx.IntImm) and int(extents[-1]) % lanes == 0 and total >= 4 * lanes
+            and vector_dtypes(sch.get(block))):
         fused, vec = sch.split(fused, [None, lanes])
         sch.vectorize(vec)
     if total >= min_iterations:

@@ -71,8 +71,8 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     kinds = [it.kind for it in main.iters]
     if len(kinds) < 5 or kinds[-2:] != ["R", "R"] or "R" in kinds[:-2]:
         return False
-    if not all(isinstance(it.dom, int) for it in main.iters):
-        return False
+    if not all(isinstance(it.dom, int) for it in main.iters[-5:]):
+        return False  # symbolic leading axes (batch) are fine: they only join the parallel loop
     *_, y, x, c, ry, rx = main.iters
     block = sch.get(main.block_rv)
     # Every operand read under the window is indexed by the channel (depthwise, pooling): as

@@ -58,6 +58,13 @@ TILE_REGISTERS = 27
 # panel major, so that a thread's run of tasks reuses one column panel. On MobileNetV2's
 # expansion convs (K=16..24) row-major ran 1.5-1.8x faster; on K>=576 it ran ~10% slower.
 SMALL_WEIGHT_BYTES = 64 * 1024
+# Stands for a symbolic extent when choosing a tile: divisible by every candidate (rows up to
+# MAX_ROWS, columns up to 4 vectors of 16 lanes), so the best tile wins on its own merits and a
+# remainder is left to a guarded tail (split's predicate).
+SYMBOLIC_EXTENT = 720720
+# Fewer static tasks than this in the parallel loop of a symbolic kernel: parallelize the outer
+# (batch, head) loops instead.
+MIN_TASKS = 8
 
 
 @dataclass(frozen=True)
@@ -125,8 +132,6 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     reduce = [it for it in main.iters if it.kind == "R"]
     if not spatial or not reduce or any(it.kind == "O" for it in main.iters):
         return False
-    if not all(isinstance(it.dom, int) for it in main.iters):
-        return False
     if [it.kind for it in main.iters] != ["S"] * len(spatial) + ["R"] * len(reduce):
         return False
     (write,) = block.writes
@@ -153,12 +158,30 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     # others are fused into one row axis M (n*oh*ow of a conv), the register tile's rows.
     batch = [it for it in spatial[:-1] if any(uses(e, it.var) for ind in shared for e in ind)]
     rows_axes = [it for it in spatial[:-1] if it not in batch]
-    m = math.prod(it.dom for it in rows_axes)
-    tiles = tile_candidates(m, j.dom, lanes if vector_dtypes(block) else 0, TILE_REGISTERS if lanes >= 16 else 16,
-                            [it.dom for it in rows_axes])
+    batch, rows_axes = _symbolic_rows(spatial, batch, rows_axes)
+    if rows_axes and not _static(rows_axes[0]):  # one symbolic row axis (seq): a guarded tail tile
+        m, row_extents = SYMBOLIC_EXTENT, [SYMBOLIC_EXTENT]
+    else:
+        m, row_extents = math.prod(it.dom for it in rows_axes), [it.dom for it in rows_axes]
+    n = j.dom if _static(j) else SYMBOLIC_EXTENT
+    tiles = tile_candidates(m, n, lanes if vector_dtypes(block) else 0, TILE_REGISTERS if lanes >= 16 else 16,
+                            row_extents)
     if variant >= len(tiles):
         return False
     tile = tiles[variant]
+
+    # Symbolic rows (seq) or columns: the contraction runs on operands padded to whole tiles
+    # (a copy of the runtime operand, zero rows/columns appended), so the micro-kernel has no
+    # guard and its accumulator tile stays in registers; the epilogue stores only the real rows.
+    padding = [tile.rows if rows_axes and it is rows_axes[0] and not _static(it) else
+               tile.vj if it is j and not _static(it) else 1 for it in main.iters]
+    padded = []
+    unpad = []
+    if any(p > 1 for p in padding):
+        before = {str(sch.get(b).name_hint) for b in sch.get_producers(main.block_rv)}
+        sch.pad_einsum(main.block_rv, padding)
+        padded = [b for b in sch.get_producers(main.block_rv) if str(sch.get(b).name_hint) not in before]
+        unpad = sch.get_consumers(main.block_rv)
 
     pack_panels(sch, main.block_rv, packs, tile.vj)  # weights, done once at compile time
 
@@ -171,7 +194,8 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
                       if any(uses(r.min, it.var) for r in read.region for it in reduce))
     for producer in reversed(infos[:infos.index(main)]):
         pblock = sch.get(producer.block_rv)
-        narrow = int(pblock.writes[0].source.shape[-1]) < max(lanes, 4)
+        last = pblock.writes[0].source.shape[-1]
+        narrow = isinstance(last, tirx.IntImm) and int(last) < max(lanes, 4)
         if per_channel or narrow or not _has_condition(pblock.body):
             try:
                 sch.compute_inline(producer.block_rv)
@@ -179,6 +203,8 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
             except ScheduleError:
                 pass
         schedule_spatial(sch, producer.block_rv, lanes)
+    for producer in padded:
+        schedule_spatial(sch, producer, lanes)
 
     loops = {it.var: loop for it, loop in zip(main.iters, sch.get_loops(main.block_rv)[-len(main.iters):])}
     r_loops = [loops[it.var] for it in reduce]
@@ -189,18 +215,40 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
         mloop = sch.fuse(*[loops[it.var] for it in rows_axes]) if len(rows_axes) > 1 else loops[rows_axes[0].var]
         io, ii = sch.split(mloop, [None, tile.rows])
         tile_loops.append(io)
-        weight_bytes = math.prod(it.dom for it in reduce) * j.dom * 4
-        if packs and weight_bytes <= SMALL_WEIGHT_BYTES:
-            tile_loops.reverse()
+        weight_bytes = math.prod(it.dom for it in reduce) * j.dom * 4 if all(map(_static, reduce + [j])) else None
+        if (packs and weight_bytes is not None and weight_bytes <= SMALL_WEIGHT_BYTES) or not _static(rows_axes[0]):
+            tile_loops.reverse()  # (symbolic rows go first: see the parallel loop below)
     outer = [loops[it.var] for it in batch]
     sch.reorder(*outer, *tile_loops, *r_loops, *([ii] if ii is not None else []), ji)
 
     acc = sch.cache_write(main.block_rv, 0, "local")
-    epilogue = inline_chain(sch, acc, infos, main)
+    if unpad:
+        # The tile is stored whole into the padded result; the copy out of it with the epilogue
+        # is a separate pass (computed at the tile, its guard on the real rows would make the
+        # accumulator's size symbolic, and it would leave the registers: 1.5x slower).
+        epilogue = acc
+        tail = inline_chain(sch, unpad[0], infos, main, unpad[1:])
+        schedule_spatial(sch, tail, lanes)
+    else:
+        epilogue = inline_chain(sch, acc, infos, main)
     sch.reverse_compute_at(epilogue, tile_loops[-1], preserve_unit_loops=True)
     # One task per register tile; the static chunking of a parallel loop hands each thread a
     # contiguous run of tiles: of one column panel (panel major), or of whole rows.
-    sch.parallel(sch.fuse(*outer, *tile_loops))
+    # A loop fused after a symbolic one would be indexed modulo a symbolic extent, which the
+    # simplifier cannot prove positive: the accumulator's index would stay symbolic and the tile
+    # would leave the registers (3x slower). So only the loops from the last symbolic one on
+    # are fused and parallel; the ones before it (a symbolic batch) stay serial around them.
+    # When that leaves too few tasks (attention: rows and columns both symbolic), the outer
+    # loops (batch x heads) are the parallel loop instead and the tiles run serially in a task
+    # (a parallel region per row of tiles cost 10 ms per kernel on a loaded 2-core machine).
+    order = [*outer, *tile_loops]
+    static = [isinstance(sch.get(loop).extent, tirx.IntImm) for loop in order]
+    first = max((k for k, fixed in enumerate(static) if not fixed), default=0)
+    tasks = math.prod(int(sch.get(loop).extent) for loop, fixed in zip(order[first:], static[first:]) if fixed)
+    if tasks < MIN_TASKS and outer and first >= len(outer):
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+    else:
+        sch.parallel(sch.fuse(*order[first:]))
     if ii is not None:
         sch.unroll(ii)
     if tile.width:
@@ -213,6 +261,24 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     if tile.width:
         vectorize_tail(sch, epilogue, tile.width)
     return True
+
+
+def _static(it) -> bool:
+    return isinstance(it.dom, int)
+
+
+def _symbolic_rows(spatial: list, batch: list, rows_axes: list) -> tuple[list, list]:
+    """Symbolic row axes (batch, seq) go outside the tile, like a batched matmul's batch axes,
+    so that the register tile stays static: it spans the static axes after the last symbolic
+    one (a conv's oh x ow). When no static axis follows (a matmul's seq), the tile's rows run
+    along the last symbolic axis with a guarded tail."""
+    last = max((k for k, it in enumerate(rows_axes) if not _static(it)), default=-1)
+    if last < 0:
+        return batch, rows_axes
+    if last == len(rows_axes) - 1:
+        last -= 1  # the innermost row axis is symbolic: it stays the tile's (tailed) row axis
+    outer = {id(it) for it in batch + rows_axes[:last + 1]}
+    return [it for it in spatial if id(it) in outer], rows_axes[last + 1:]
 
 
 def _has_condition(stmt) -> bool:

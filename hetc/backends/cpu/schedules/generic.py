@@ -13,7 +13,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule, ScheduleError
 from tvm.target import Target
 
-from .common import MIN_PARALLEL_ITERATIONS, Rule, normalized, schedule_spatial
+from .common import MIN_PARALLEL_ITERATIONS, SYMBOLIC_SIZE, Rule, normalized, schedule_spatial
 
 
 def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
@@ -30,9 +30,7 @@ def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
 
 
 def _schedule_block(sch, info, lanes: int) -> None:
-    doms = [it.dom for it in info.iters]
-    if not all(isinstance(d, int) for d in doms):
-        return
+    doms = [it.dom if isinstance(it.dom, int) else SYMBOLIC_SIZE for it in info.iters]
     if all(it.kind == "S" for it in info.iters):
         schedule_spatial(sch, info.block_rv, lanes)
         return
@@ -45,7 +43,8 @@ def _schedule_block(sch, info, lanes: int) -> None:
         prefix.append(it.loop_rv)
     if prefix:
         loop = sch.fuse(*prefix) if len(prefix) > 1 else prefix[0]
-        if int(sch.get(loop).extent) >= 2:
+        extent = sch.get(loop).extent
+        if not isinstance(extent, tirx.IntImm) or int(extent) >= 2:
             sch.parallel(loop)
 
 
