@@ -209,8 +209,11 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
 
 
-def run_test(test_dir: Path, runner: str = "hetc") -> Result:
-    """Run one node test with ``runner`` ("hetc" or "onnxruntime")."""
+def run_test(test_dir: Path, runner: str = "hetc", retry_frozen: bool = True) -> Result:
+    """Run one node test with ``runner`` ("hetc", "onnxruntime" or "tvm").
+
+    With ``retry_frozen`` a hetc test that fails to compile is retried with its small integer
+    inputs frozen to their values (``Result.frozen`` names them when that passes)."""
     start = time.perf_counter()
     model = onnx.load(test_dir / "model.onnx", load_external_data=False)
     op = main_op(test_dir, model)
@@ -229,7 +232,7 @@ def run_test(test_dir: Path, runner: str = "hetc") -> Result:
             return result("load-error", _first_line(err))
     first = _check_hetc(test_dir, data_sets, result, ())
     frozen = _shape_inputs(data_sets)
-    if first.outcome not in _RETRY_WITH_FROZEN or not frozen:
+    if not retry_frozen or first.outcome not in _RETRY_WITH_FROZEN or not frozen:
         return first
     second = _check_hetc(test_dir, data_sets, result, frozen)
     second.frozen = " ".join(frozen)
@@ -330,7 +333,7 @@ def _ort_runner(test_dir: Path, data_sets=None):
 
 # --- running many tests in worker processes ---------------------------------------------
 
-def _worker(conn, runner: str) -> None:
+def _worker(conn, runner: str, retry_frozen: bool) -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
@@ -341,15 +344,16 @@ def _worker(conn, runner: str) -> None:
             return
         if test is None:
             return
-        conn.send(run_test(Path(test), runner))
+        conn.send(run_test(Path(test), runner, retry_frozen))
 
 
 class _Slot:
     """One worker process and the test it is running."""
 
-    def __init__(self, ctx, runner: str) -> None:
+    def __init__(self, ctx, runner: str, retry_frozen: bool) -> None:
+        self.runner, self.retry_frozen = runner, retry_frozen
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, runner), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, runner, retry_frozen), daemon=True)
         self.proc.start()
         child.close()
         self.test: Path | None = None
@@ -365,10 +369,12 @@ class _Slot:
         self.conn.close()
 
 
-def run_suite(tests: list[Path], runner: str, jobs: int, timeout: float, progress=None) -> list[Result]:
+def run_suite(tests: list[Path], runner: str, jobs: int, timeout: float, progress=None,
+              retry_frozen: bool = True) -> list[Result]:
+    """Run ``tests`` in ``jobs`` worker processes (see ``run_test`` for ``retry_frozen``)."""
     ctx = mp.get_context("spawn")  # a fresh interpreter: no TVM state inherited across forks
     pending = list(reversed(tests))
-    slots = [_Slot(ctx, runner) for _ in range(min(jobs, len(tests)))]
+    slots = [_Slot(ctx, runner, retry_frozen) for _ in range(min(jobs, len(tests)))]
     results: list[Result] = []
 
     def failed(slot: _Slot, outcome: str, error: str) -> Result:
@@ -391,10 +397,10 @@ def run_suite(tests: list[Path], runner: str, jobs: int, timeout: float, progres
                 except (EOFError, OSError):
                     slot.proc.join()
                     result = failed(slot, "crash", f"worker died (exit code {slot.proc.exitcode})")
-                    slots[i] = slot = _replace(slot, ctx, runner)
+                    slots[i] = slot = _replace(slot, ctx)
             elif now - slot.started > timeout:
                 result = failed(slot, "timeout", f"no result after {timeout:g} s")
-                slots[i] = slot = _replace(slot, ctx, runner)
+                slots[i] = slot = _replace(slot, ctx)
             if result is None:
                 continue
             results.append(result)
@@ -411,6 +417,6 @@ def run_suite(tests: list[Path], runner: str, jobs: int, timeout: float, progres
     return sorted(results, key=lambda r: r.test)
 
 
-def _replace(slot: _Slot, ctx, runner: str) -> _Slot:
+def _replace(slot: _Slot, ctx) -> _Slot:
     slot.kill()
-    return _Slot(ctx, runner)
+    return _Slot(ctx, slot.runner, slot.retry_frozen)

@@ -35,7 +35,11 @@ def inference_passes() -> list[Stage]:
 
 
 def simplify_passes() -> list[Stage]:
+    from .legalize_dynamic import legalize_dynamic_pass
+
     return [
+        Stage("legalize_dynamic", "lower ops whose output shape is computed at run time (before FoldConstant)",
+              lambda: legalize_dynamic_pass),
         Stage("fold_constants", "evaluate subgraphs whose inputs are all constants",
               relax.transform.FoldConstant),
         Stage("canonicalize", "remove trivial bindings and aliases", relax.transform.CanonicalizeBindings),

@@ -6,7 +6,7 @@ All follow ``onnx.reference``:
 - ``BitCast`` (26) reinterprets the bits (a TE ``reinterpret``); bool <-> 8-bit ints is a
   value cast (bool is one byte, 0/1).
 - ``CumProd`` (26): ``relax.cumprod`` with ``exclusive``; ``reverse`` flips the axis around
-  it. The ``axis`` input must be a constant (freeze it with ``--constant-input``).
+  it. An ``axis`` input known only at run time computes every axis and picks one.
 - ``LpNormalization`` (22; 1 for the older type list): ``p`` 1 or 2; a zero norm gives 0.
 - ``Swish`` (24) ``x * sigmoid(alpha x)``; ``SwiGLU`` (28) ``swish(a) * b``; ``Celu`` (12).
 - ``Det`` (22): closed forms for 1x1, 2x2 and 3x3 matrices (batched); larger ones are
@@ -31,6 +31,7 @@ import tvm
 from onnx import helper
 from tvm import relax, te, tirx
 
+from .. import runtime_values as rv
 from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
 
@@ -109,21 +110,23 @@ def cumprod(ctx: ConvertContext, inputs: list, attrs: Attrs):
     exclusive = attrs.reject("exclusive", lambda v: v in (0, 1), 0)
     reverse = attrs.reject("reverse", lambda v: v in (0, 1), 0)
     rank = x.ty.ndim
+
+    def along(axis: int) -> relax.Expr:
+        y = relax.op.flip(x, axis) if reverse else x
+        y = ctx.bb.normalize(relax.op.cumprod(y, axis=axis, exclusive=bool(exclusive)))
+        return relax.op.flip(y, axis) if reverse else y
+
+    if rank == 0:
+        return x
+    if rv.is_runtime(axis_in):  # an axis known at run time: every axis computed, one picked
+        return rv.per_axis(ctx.bb, axis_in, rank, along)
     axis_arr = _const_array(ctx, axis_in, "axis").reshape(-1)
     if axis_arr.size != 1:
         raise ctx.error("input axis must be a scalar")
     axis = int(axis_arr[0])
-    if not -max(rank, 1) <= axis < max(rank, 1):
+    if not -rank <= axis < rank:
         raise ctx.error(f"axis {axis} is out of range for rank {rank}")
-    axis %= max(rank, 1)
-    if rank == 0:
-        return x
-    if reverse:
-        x = relax.op.flip(x, axis)
-    y = relax.op.cumprod(x, axis=axis, exclusive=bool(exclusive))
-    if reverse:
-        y = relax.op.flip(ctx.bb.normalize(y), axis)
-    return y
+    return along(axis % rank)
 
 
 # ----------------------------------------------------------------------------- elementwise
