@@ -15,6 +15,7 @@ every later shape is an expression of them, as with symbolic input dims.
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
 
 
@@ -56,7 +57,7 @@ def fit(bb: relax.BlockBuilder, expr: relax.Expr, prefix: str) -> relax.Expr:
     ty = expr.ty
     if ty.shape is not None and hasattr(ty.shape, "values"):
         return expr
-    return bb.match_cast(expr, relax.TensorType(fresh(prefix, ty.ndim), ty.dtype))
+    return bb.match_cast(_bound(bb, expr), relax.TensorType(fresh(prefix, ty.ndim), ty.dtype))
 
 
 def per_axis(bb: relax.BlockBuilder, axis: relax.Expr, rank: int, build) -> relax.Expr:
@@ -77,9 +78,15 @@ def per_axis(bb: relax.BlockBuilder, axis: relax.Expr, rank: int, build) -> rela
 
 
 def like(bb: relax.BlockBuilder, expr: relax.Expr, ref: relax.Expr) -> relax.Expr:
-    """``expr`` cast to ``ref``'s dims when Relax cannot infer its shape (a broadcast between
-    run-time dims that the converter knows are equal)."""
+    """``expr`` (of known, run-time dims) cast to ``ref``'s dims: two tensors the converter
+    knows have the same shape, which Relax cannot prove (different run-time dims), so that an
+    elementwise op between them has a known shape."""
     expr = bb.normalize(expr)
-    if expr.ty.shape is not None and hasattr(expr.ty.shape, "values"):
+    if tvm_ffi.structural_equal(expr.ty.shape, ref.ty.shape):
         return expr
-    return bb.match_cast(expr, relax.TensorType(ref.ty.shape.values, expr.ty.dtype))
+    return bb.match_cast(_bound(bb, expr), relax.TensorType(ref.ty.shape.values, expr.ty.dtype))
+
+
+def _bound(bb: relax.BlockBuilder, expr: relax.Expr) -> relax.Expr:
+    """``expr`` bound to a variable (the VM's codegen needs a variable as match_cast's value)."""
+    return expr if isinstance(expr, relax.Var) else bb.emit(expr)

@@ -64,8 +64,17 @@ def _drop_reduced(bb, y: relax.Expr, flags: relax.Expr, count: int) -> relax.Exp
     return relax.op.reshape(y, relax.ShapeExpr(rv.shape_vars(bb, sizes, "kept")))
 
 
+def _log_sum_exp(x: relax.Expr, axes, keepdims: bool) -> relax.Expr:
+    """log(sum(exp(x))) shifted by the max, as TVM computes it for constant axes. Along one axis
+    at a time it composes: LSE over {i, j} is LSE along j of LSE along i."""
+    top = relax.op.max(x, axes, keepdims=True)
+    out = relax.op.add(relax.op.log(relax.op.sum(relax.op.exp(relax.op.subtract(x, top)), axes, keepdims=True)),
+                       top)
+    return out if keepdims else relax.op.squeeze(out, axes)
+
+
 _PRIMITIVE = {"sum": relax.op.sum, "max": relax.op.max, "min": relax.op.min, "prod": relax.op.prod,
-              "mean": relax.op.mean}
+              "mean": relax.op.mean, "log_sum_exp": _log_sum_exp}
 
 
 def _compose(kind: str, bb, x: relax.Expr, reduce) -> relax.Expr:
@@ -80,9 +89,7 @@ def _compose(kind: str, bb, x: relax.Expr, reduce) -> relax.Expr:
         return relax.op.sqrt(reduce("sum", relax.op.multiply(x, x)))
     if kind == "log_sum":
         return relax.op.log(reduce("sum", x))
-    top = bb.normalize(reduce("max", x))  # log_sum_exp, shifted by the max as TVM does
-    shifted = rv.like(bb, relax.op.subtract(x, top), x)  # ``top``'s run-time dims broadcast to ``x``'s
-    return relax.op.add(rv.like(bb, relax.op.log(reduce("sum", relax.op.exp(shifted))), top), top)
+    return reduce("log_sum_exp", x)
 
 
 def _reduce(kind: str, ctx: ConvertContext, inputs: list, attrs: Attrs):

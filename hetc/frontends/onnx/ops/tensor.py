@@ -24,6 +24,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .. import runtime_values as rv
 from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
 from .resize import const_value, scalar
@@ -158,22 +159,32 @@ def _one_hot(ctx: ConvertContext, inputs: list, attrs: Attrs, wrap_negative: boo
         raise ctx.error(f"axis={axis} out of range for indices of rank {rank}")
     if axis < 0:
         axis += rank + 1
-    depth_v = const_value(ctx, depth_e, "depth")
-    if depth_v is None or depth_v.size != 1:
-        raise ctx.error("input 'depth' must hold one value")
-    depth = int(depth_v.reshape(-1)[0])
-    if depth < 0:
-        raise ctx.error(f"input 'depth' must be non-negative, got {depth}")
+    if rv.is_runtime(depth_e):  # known at run time only: a symbolic depth
+        if str(depth_e.ty.dtype).startswith("float"):
+            depth_e = bb.normalize(relax.op.astype(relax.op.floor(depth_e), "int64"))
+        depth = rv.scalar_var(bb, depth_e, "depth")
+    else:
+        depth_v = const_value(ctx, depth_e, "depth")
+        if depth_v is None or depth_v.size != 1:
+            raise ctx.error("input 'depth' must hold one value")
+        depth = int(depth_v.reshape(-1)[0])
+        if depth < 0:
+            raise ctx.error(f"input 'depth' must be non-negative, got {depth}")
     if values.ty.ndim != 1 or _dims(values)[0] != 2:
         raise ctx.error("input 'values' must be [off_value, on_value]")
     idtype = str(indices.ty.dtype)
     idx = indices if idtype == "int64" else bb.normalize(relax.op.astype(indices, "int64"))
+    depth_t = relax.const(depth, "int64") if isinstance(depth, int) else bb.normalize(
+        relax.op.shape_to_tensor(relax.ShapeExpr([depth])))
     if wrap_negative:
         idx = bb.normalize(relax.op.where(relax.op.less(idx, relax.const(0, "int64")),
-                                          relax.op.add(idx, relax.const(depth, "int64")), idx))
+                                          relax.op.add(idx, depth_t), idx))
     idx = bb.normalize(relax.op.expand_dims(idx, axis))
-    targets = np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (rank - axis))
-    hit = bb.normalize(relax.op.equal(idx, relax.const(targets, "int64")))
+    if isinstance(depth, int):
+        targets = relax.const(np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (rank - axis)), "int64")
+    else:
+        targets = bb.normalize(relax.op.reshape(relax.op.arange(0, depth, 1, "int64"), [depth] + [1] * (rank - axis)))
+    hit = bb.normalize(relax.op.equal(idx, targets))
     off = bb.normalize(relax.op.take(values, relax.const(0, "int64"), axis=0))
     on = bb.normalize(relax.op.take(values, relax.const(1, "int64"), axis=0))
     return relax.op.where(hit, on, off)
