@@ -19,6 +19,7 @@ from . import (  # noqa: F401
     resize,
     rotary,
     sequence,
+    split,
     tensor,
     topk,
 )
