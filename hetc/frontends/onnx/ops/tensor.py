@@ -13,9 +13,10 @@ ignores negative indices; it has no CenterCropPad. hetc's converters:
   input.
 - CenterCropPad: a centred crop (``strided_slice``) or zero pad per axis of ``axes``.
 
-``pads``, ``axes``, ``depth`` and ``shape`` decide the output shape: they must be constants
-(initializers, folded values or inputs frozen with ``constant_inputs=``), else a clear
-ConversionError names the input.
+``pads``, ``axes``, ``depth`` and ``shape`` decide the output shape. Constants (initializers,
+folded values, inputs frozen with ``constant_inputs=``) give static shapes; inputs known only
+at run time give fresh symbolic dims (``pad_dynamic`` for Pad and CenterCropPad, a symbolic
+``depth`` for OneHot).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tvm import relax
 from .. import runtime_values as rv
 from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
+from .pad_dynamic import center_crop_pad_runtime, pad_runtime
 from .resize import const_value, scalar
 
 
@@ -126,6 +128,12 @@ def _pad(ctx: ConvertContext, inputs: list, attrs: Attrs):
         axes = list(range(rank))
     else:
         inputs = list(inputs) + [None] * 3
+        axes_in = inputs[3] if opset >= 18 else None
+        if rv.is_runtime(inputs[1]) or rv.is_runtime(axes_in):  # widths known at run time only
+            value = _value_scalar(ctx, inputs[2], dtype) if mode == "constant" else None
+            axes = axes_in if rv.is_runtime(axes_in) else list(range(rank)) if axes_in is None else _norm_axes(
+                ctx, const_value(ctx, axes_in, "axes"), rank, "axes")
+            return pad_runtime(ctx, x, inputs[1], axes, mode, value)
         pads = const_value(ctx, inputs[1], "pads")
         if pads is None:
             pads = np.zeros(0, np.int64)
@@ -210,6 +218,8 @@ def center_crop_pad(ctx: ConvertContext, inputs: list, attrs: Attrs):
     shape = _dims(x)
     axes_attr = attrs.get("axes", None)
     axes = list(range(rank)) if axes_attr is None else _norm_axes(ctx, axes_attr, rank, "axes")
+    if rv.is_runtime(inputs[1]):
+        return center_crop_pad_runtime(ctx, x, inputs[1], axes)
     target = const_value(ctx, inputs[1], "shape")
     target = np.zeros(0, np.int64) if target is None else target.astype(np.int64).reshape(-1)
     if target.size != len(axes):
