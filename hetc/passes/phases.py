@@ -91,7 +91,11 @@ def legalize_passes(custom: dict | None = None) -> list[Stage]:
 
 
 def fusion_passes() -> list[Stage]:
+    from .shape_binding import unfuse_runtime_shapes_pass
+
     return [
+        Stage("unfuse_runtime_shapes", "leave unfused the functions that bind dims at run time (match_cast)",
+              lambda: unfuse_runtime_shapes_pass),
         Stage("fuse_ops", "group injective/reduction ops into their producers and consumers",
               relax.transform.FuseOps),
         Stage("fuse_tir", "merge each group into one PrimFunc", relax.transform.FuseTIR),

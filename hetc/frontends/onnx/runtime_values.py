@@ -41,8 +41,8 @@ def shape_vars(bb: relax.BlockBuilder, tensor: relax.Expr, prefix: str) -> list[
         tensor = bb.normalize(relax.op.astype(tensor, "int64"))
     # The VM builtin ``tensor_to_shape`` legalizes to, called directly: a ``relax.tensor_to_shape``
     # would be legalized by FoldConstant into a second match_cast whose vars replace these.
-    shape = bb.emit(relax.Call(relax.ExternFunc("vm.builtin.tensor_to_shape"), [tensor],
-                               ty_args=[relax.ShapeType(ndim=int(length))]))
+    shape = bb.emit(relax.op.call_pure_packed("vm.builtin.tensor_to_shape", tensor,
+                                              ty_args=relax.ShapeType(ndim=int(length))))
     values = fresh(prefix, int(length))
     bb.match_cast(shape, relax.ShapeType(values))
     return values

@@ -14,6 +14,7 @@ from . import (  # noqa: F401
     misc,
     normalization,
     quantize,
+    range,
     reduce,
     reshape,
     resize,

@@ -237,6 +237,8 @@ def _window(kind: str):
     def convert(ctx: ConvertContext, inputs: list, attrs: Attrs):
         periodic = attrs.reject("periodic", lambda v: v in (0, 1), 1)
         dtype = _onnx_dtype(ctx, attrs.get("output_datatype", 1), "output_datatype")
+        if rv.is_runtime(inputs[0]):
+            return _window_runtime(ctx, kind, inputs[0], bool(periodic), dtype)
         size = _window_size(ctx, inputs[0])
         np_dtype = np.float32 if dtype == "bfloat16" else np.dtype(dtype)
         n_1 = size if periodic else size - 1
@@ -254,6 +256,30 @@ def _window(kind: str):
                     res = alpha - np.cos(ni * np.pi * 2 / n_1) * (1 - alpha)
         return _const(np.asarray(res).astype(np_dtype), dtype)
     return convert
+
+
+def _window_runtime(ctx: ConvertContext, kind: str, size_in: relax.Expr, periodic: bool, dtype: str) -> relax.Expr:
+    """A window whose size is known at run time: the same formulas on ``arange(size)`` in float64."""
+    bb = ctx.bb
+    size = rv.scalar_var(bb, size_in, "window")
+
+    def f64(value: float) -> relax.Expr:
+        return relax.const(np.float64(value), "float64")
+
+    ni = bb.normalize(relax.op.arange(0, size, 1, "float64"))
+    n_1 = relax.op.astype(relax.op.shape_to_tensor(relax.ShapeExpr([size if periodic else size - 1])), "float64")
+    phase = bb.normalize(relax.op.divide(relax.op.multiply(ni, f64(np.pi * 2)), n_1))  # 2 pi n / N
+    if kind == "blackman":
+        res = relax.op.add(relax.op.add(relax.op.multiply(relax.op.cos(phase), f64(-0.5)),
+                                        relax.op.multiply(relax.op.cos(relax.op.multiply(phase, f64(2))), f64(0.08))),
+                           f64(0.42))
+    elif kind == "hann":
+        half = relax.op.sin(relax.op.multiply(phase, f64(0.5)))
+        res = relax.op.multiply(half, half)
+    else:
+        alpha = 25.0 / 46.0
+        res = relax.op.subtract(f64(alpha), relax.op.multiply(relax.op.cos(phase), f64(1 - alpha)))
+    return relax.op.astype(bb.normalize(res), dtype)
 
 
 converter("HannWindow", since=17)(_window("hann"))
