@@ -63,18 +63,21 @@ def fit(bb: relax.BlockBuilder, expr: relax.Expr, prefix: str) -> relax.Expr:
     return bb.match_cast(_bound(bb, expr), relax.TensorType(fresh(prefix, ty.ndim), ty.dtype))
 
 
-def per_axis(bb: relax.BlockBuilder, axis: relax.Expr, rank: int, build) -> relax.Expr:
+def per_axis(bb: relax.BlockBuilder, axis: relax.Expr, rank: int, build, candidates=None) -> relax.Expr:
     """``build(a)`` for the axis ``a`` a run-time scalar names (negative wraps), when every axis
-    gives the same output shape (CumSum, CumProd): each axis is computed and ``where`` picks one."""
+    gives the same output shape (CumSum, CumProd, DFT): each of the ``candidates`` axes (default:
+    all) is computed and ``where`` picks one."""
     import numpy as np
+
+    candidates = list(range(rank)) if candidates is None else list(candidates)
 
     axis = bb.normalize(relax.op.reshape(axis, []))
     if str(axis.ty.dtype) != "int64":
         axis = bb.normalize(relax.op.astype(axis, "int64"))
     axis = bb.normalize(relax.op.where(relax.op.less(axis, relax.const(0, "int64")),
                                        relax.op.add(axis, relax.const(rank, "int64")), axis))
-    out = bb.normalize(build(rank - 1))
-    for a in range(rank - 2, -1, -1):
+    out = bb.normalize(build(candidates[-1]))
+    for a in reversed(candidates[:-1]):
         pick = relax.op.equal(axis, relax.const(np.int64(a), "int64"))
         out = bb.normalize(relax.op.where(pick, bb.normalize(build(a)), out))
     return out

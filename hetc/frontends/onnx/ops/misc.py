@@ -427,9 +427,28 @@ def dft20(ctx: ConvertContext, inputs: list, attrs: Attrs):
     inverse = attrs.reject("inverse", lambda v: v in (0, 1), 0)
     onesided = attrs.reject("onesided", lambda v: v in (0, 1), 0)
     axis_in = _opt(inputs, 2)
+    length = _dft_length(ctx, _opt(inputs, 1))
+    if rv.is_runtime(axis_in):  # every signal axis transformed, the one named at run time picked
+        x = inputs[0]
+        rank = x.ty.ndim
+        shapes = {a: _dft_shape(_dims(x), a, length, bool(inverse), bool(onesided)) for a in range(rank - 1)}
+        if len(set(shapes.values())) != 1:
+            raise ctx.error("a run-time axis needs every axis to give the same output shape "
+                            f"(got {sorted(set(shapes.values()))}); freeze it with --constant-input")
+        return rv.per_axis(ctx.bb, axis_in, rank, lambda a: _dft(ctx, x, length, a, bool(inverse), bool(onesided)),
+                           candidates=range(rank - 1))
     axis = -2 if axis_in is None else int(_const_array(ctx, axis_in, "axis").reshape(-1)[0])
-    return _dft(ctx, inputs[0], _dft_length(ctx, _opt(inputs, 1)), axis, bool(inverse),
-                bool(onesided))
+    return _dft(ctx, inputs[0], length, axis, bool(inverse), bool(onesided))
+
+
+def _dft_shape(shape: list[int], axis: int, length: int | None, inverse: bool, onesided: bool) -> tuple:
+    """The output shape of ``_dft`` along ``axis``."""
+    if length is None:
+        length = 2 * (shape[axis] - 1) if inverse and onesided else shape[axis]
+    out = list(shape)
+    out[axis] = length // 2 + 1 if onesided and not inverse else length
+    out[-1] = 1 if inverse and onesided else 2
+    return tuple(out)
 
 
 @converter("STFT", since=17)
