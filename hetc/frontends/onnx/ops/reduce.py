@@ -38,7 +38,9 @@ def _axis_flags(bb, axes: relax.Expr, rank: int) -> relax.Expr:
 def _reduce_flagged(bb, x: relax.Expr, flags: relax.Expr, op) -> relax.Expr:
     """``op`` (keepdims) along every axis whose flag is set at run time; other axes untouched."""
     rank = x.ty.ndim
-    for i in range(rank):
+    # Empty axes first, while the shape is still static: a reduction over an axis whose run-time
+    # length is 0 never runs its initialisation (TIR initialises at the first iteration).
+    for i in sorted(range(rank), key=lambda a: dims(x)[a] != 0):
         reduced = bb.normalize(op(x, [i], keepdims=True))
         both = bb.normalize(relax.op.concat([reduced, x], axis=i))
         flag = bb.normalize(relax.op.take(flags, relax.const(i, "int64"), axis=0))
