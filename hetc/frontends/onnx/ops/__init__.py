@@ -5,6 +5,7 @@ discovery magic), and see ``hetc.frontends.onnx.registry`` for how to write a co
 """
 
 from . import (  # noqa: F401
+    affine_grid,
     attention,
     cast,
     constant,
