@@ -21,7 +21,7 @@ All follow ``onnx.reference``:
   same DFT along the frame axis.
 - ``Col2Im`` (18): a scatter-add of every (block offset, block) column into the flattened
   image, with positions that fall in the padding sent to a discarded slot.
-  ``image_shape``/``block_shape`` must be constants.
+  Run-time ``image_shape``/``block_shape``: ``col2im_dynamic``.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from onnx import helper
 from tvm import relax, te, tirx
 
 from .. import runtime_values as rv
-from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
+from ..shapes import static_dims as _dims
+from .col2im_dynamic import col2im_runtime
 
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -488,6 +489,12 @@ def stft(ctx: ConvertContext, inputs: list, attrs: Attrs):
 def col2im(ctx: ConvertContext, inputs: list, attrs: Attrs):
     bb = ctx.bb
     x = inputs[0]
+    if rv.is_runtime(inputs[1]) or rv.is_runtime(inputs[2]):
+        nd = _dims(inputs[1])[0] if rv.is_runtime(inputs[1]) else _const_array(ctx, inputs[1], "").size
+        dilations = [int(v) for v in attrs.get("dilations", [1] * nd)]
+        pads = [int(v) for v in attrs.get("pads", [0] * (2 * nd))]
+        strides = [int(v) for v in attrs.get("strides", [1] * nd)]
+        return col2im_runtime(ctx, x, inputs[1], inputs[2], dilations, pads, strides)
     image = [int(v) for v in _const_array(ctx, inputs[1], "image_shape").reshape(-1)]
     block = [int(v) for v in _const_array(ctx, inputs[2], "block_shape").reshape(-1)]
     nd = len(image)
