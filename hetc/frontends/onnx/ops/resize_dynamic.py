@@ -7,8 +7,9 @@ symbolic dim), the source coordinate of every output position for the
 ``coordinate_transformation_mode``, then ``nearest`` (one ``take``, rounded by ``nearest_mode``),
 ``linear`` (two taps) or ``cubic`` (four taps, ``cubic_coeff_a``, ``exclude_outside``), indices
 clamped into the input (edge padding) and ``tf_crop_and_resize``'s ``extrapolation_value``
-outside it. ``antialias`` when downsampling needs a kernel whose width depends on the scale and
-is not supported with run-time scales.
+outside it. ``antialias`` stretches the kernel by the (run-time) downscaling factor: every tap it
+could reach is computed, about ``2 x support x n`` per output position for an axis of length
+``n``, so it costs far more than with constant scales.
 """
 
 from __future__ import annotations
@@ -85,8 +86,40 @@ def _cubic_weights(r, a: float) -> list:
     return [poly(r1, far), poly(r, near), poly(s, near), poly(s1, far)]
 
 
+def _antialias_taps(bb, frac, scale, n: int, mode: str, a: float):
+    """Antialiased taps: the kernel stretched by ``1 / min(scale, 1)``, normalised to sum 1. Its
+    width depends on the run-time scale, so every tap it can reach is computed: the output is at
+    least one element, so the scale is at least ``1 / n`` and the kernel reaches at most
+    ``support * n`` input positions either side (the others get weight 0)."""
+    support = 1 if mode == "linear" else 2
+    reach = support * n + 1
+    stretch = bb.normalize(relax.op.minimum(scale, _f64(1.0)))
+    offsets = list(range(-reach, reach + 1))
+    weights = []
+    for o in offsets:
+        d = bb.normalize(relax.op.abs(relax.op.multiply(relax.op.subtract(_f64(o), frac), stretch)))
+        if mode == "linear":
+            w = relax.op.maximum(relax.op.subtract(_f64(1.0), d), _f64(0.0))
+        else:
+            d2, d3 = relax.op.multiply(d, d), relax.op.multiply(relax.op.multiply(d, d), d)
+            near = relax.op.add(relax.op.subtract(relax.op.multiply(_f64(a + 2), d3), relax.op.multiply(_f64(a + 3), d2)),
+                                _f64(1.0))
+            far = relax.op.subtract(relax.op.add(relax.op.subtract(relax.op.multiply(_f64(a), d3),
+                                                                   relax.op.multiply(_f64(5 * a), d2)),
+                                                 relax.op.multiply(_f64(8 * a), d)), _f64(4 * a))
+            w = relax.op.where(relax.op.less_equal(d, _f64(1.0)), near,
+                               relax.op.where(relax.op.less(d, _f64(2.0)), far, _f64(0.0)))
+        weights.append(bb.normalize(w))
+    total = weights[0]
+    for w in weights[1:]:
+        total = relax.op.add(total, w)
+    total = bb.normalize(total)
+    return offsets, [relax.op.divide(w, total) for w in weights]
+
+
 def resample_axis(ctx, x: relax.Expr, axis: int, scale, out_len, mode: str, coord: str, nearest_mode,
-                  cubic_a: float, exclude_outside: bool, roi, extrapolation_value: float) -> relax.Expr:
+                  cubic_a: float, exclude_outside: bool, roi, extrapolation_value: float,
+                  antialias: bool = False) -> relax.Expr:
     """``x`` (in its work dtype) resampled along ``axis`` to the run-time length ``out_len``."""
     bb = ctx.bb
     n = dims(x)[axis]  # static: only the axes already resampled have run-time lengths
@@ -115,7 +148,9 @@ def resample_axis(ctx, x: relax.Expr, axis: int, scale, out_len, mode: str, coor
         base = bb.normalize(relax.op.floor(src))
         frac = bb.normalize(relax.op.subtract(src, base))
         first = bb.normalize(relax.op.astype(base, "int64"))
-        if mode == "linear":
+        if antialias:
+            offsets, weights = _antialias_taps(bb, frac, scale, n, mode, cubic_a)
+        elif mode == "linear":
             offsets, weights = [0, 1], [relax.op.subtract(_f64(1.0), frac), frac]
         else:
             offsets, weights = [-1, 0, 1, 2], _cubic_weights(frac, cubic_a)
@@ -149,9 +184,6 @@ def resize_runtime(ctx, x: relax.Expr, axes: list[int], scales_e, sizes_e, roi_e
     """Resize ``x`` along ``axes`` with scales/sizes/roi known at run time (see the module doc)."""
     bb = ctx.bb
     in_shape = static_dims(x)
-    if antialias and mode != "nearest":
-        raise ctx.error("antialias with run-time scales or sizes is not supported; freeze them with "
-                        "--constant-input")
     in_len = _f64([in_shape[a] for a in axes])
     if scales_e is not None:
         scales = _vector(bb, scales_e)
@@ -175,5 +207,5 @@ def resize_runtime(ctx, x: relax.Expr, axes: list[int], scales_e, sizes_e, roi_e
     for i, a in enumerate(axes):
         bounds = None if roi is None else (_pick(bb, roi, i), _pick(bb, roi, len(axes) + i))
         y = resample_axis(ctx, y, a, _pick(bb, scales, i), _pick(bb, lengths, i), mode, coord, nearest_mode,
-                          cubic_a, exclude_outside, bounds, extrapolation_value)
+                          cubic_a, exclude_outside, bounds, extrapolation_value, antialias and mode != "nearest")
     return y
