@@ -33,6 +33,7 @@ from tvm import relax, te, tirx
 
 from .. import runtime_values as rv
 from ..registry import Attrs, ConvertContext, converter
+from ..shapes import dims
 from ..shapes import static_dims as _dims
 from .col2im_dynamic import col2im_runtime
 
@@ -333,7 +334,7 @@ def _dft_last(ctx: ConvertContext, re: relax.Expr, im: relax.Expr | None, length
     Returns [real, imag], or [real] for the inverse one-sided (irfft) case."""
     bb = ctx.bb
     dtype = str(re.ty.dtype)
-    n_in = _dims(re)[-1]
+    n_in = dims(re)[-1]
     n = length
     j = np.arange(n_in)[:, None].astype(np.float64)
     if inverse and onesided:  # irfft: one-sided bins -> n real samples
@@ -374,7 +375,7 @@ def _dft(ctx: ConvertContext, x: relax.Expr, length: int | None, axis: int, inve
     dtype = str(x.ty.dtype)
     if dtype not in _FLOAT_DTYPES:
         raise ctx.error(f"input has dtype {dtype}; DFT takes float types")
-    shape = _dims(x)
+    shape = dims(x)  # only the transformed axis and the last need static lengths
     rank = len(shape)
     if rank < 2 or shape[-1] not in (1, 2):
         raise ctx.error(f"input must end with a dimension of 1 (real) or 2 (complex), got {shape}")
@@ -461,6 +462,10 @@ def stft(ctx: ConvertContext, inputs: list, attrs: Attrs):
     shape = _dims(signal)
     if len(shape) != 3 or shape[2] not in (1, 2):
         raise ctx.error(f"signal must be [batch, length, 1 or 2], got {shape}")
+    if rv.is_runtime(step_in):
+        if length_in is not None or window is None:
+            raise ctx.error("a run-time frame_step needs the frame length from the window's shape")
+        return _stft_runtime_step(ctx, signal, step_in, window, bool(onesided))
     step = int(_const_array(ctx, step_in, "frame_step").reshape(-1)[0])
     if length_in is not None:
         frame_length = int(_const_array(ctx, length_in, "frame_length").reshape(-1)[0])
@@ -481,6 +486,26 @@ def stft(ctx: ConvertContext, inputs: list, attrs: Attrs):
         framed = relax.op.multiply(framed, relax.op.reshape(window, [1, 1, frame_length, 1]))
         framed = bb.normalize(framed)
     return _dft(ctx, framed, frame_length, 2, False, bool(onesided))
+
+
+def _stft_runtime_step(ctx: ConvertContext, signal: relax.Expr, step_in: relax.Expr, window: relax.Expr,
+                       onesided: bool) -> relax.Expr:
+    """STFT with a run-time frame_step: the frame count ``1 + (length - frame_length) // step``
+    is a symbolic dim and the frame indices are computed by the graph."""
+    bb = ctx.bb
+    batch, length, parts = _dims(signal)
+    frame_length = _dims(window)[0]
+    step = rv.scalar_var(bb, step_in, "frame_step")
+    frames = tirx.floordiv(length - frame_length, step) + 1
+    starts = relax.op.multiply(relax.op.arange(0, frames, 1, "int64"),
+                               relax.op.shape_to_tensor(relax.ShapeExpr([step])))
+    index = relax.op.add(relax.op.reshape(starts, relax.ShapeExpr([frames, 1])),
+                         relax.const(np.arange(frame_length, dtype=np.int64).reshape(1, frame_length), "int64"))
+    index = bb.normalize(relax.op.reshape(bb.normalize(index), relax.ShapeExpr([frames * frame_length])))
+    framed = bb.normalize(relax.op.take(signal, index, axis=1))
+    framed = bb.normalize(relax.op.reshape(framed, relax.ShapeExpr([batch, frames, frame_length, parts])))
+    framed = bb.normalize(relax.op.multiply(framed, relax.op.reshape(window, [1, 1, frame_length, 1])))
+    return _dft(ctx, framed, frame_length, 2, False, onesided)
 
 
 # ----------------------------------------------------------------------------- Col2Im
