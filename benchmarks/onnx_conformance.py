@@ -142,7 +142,8 @@ def main() -> int:
         also = ""
         if runner == "hetc" and not args.no_frozen:
             also = f" ({frozen} when retried with shape-deciding inputs frozen)"
-        console.print(f"{runner}: {passed} of {len(tests)} pass{also} ({time.perf_counter() - start:.0f} s) -> {path}")
+        seconds = time.perf_counter() - start
+        console.print(f"{runner}: {passed} of {len(tests)} pass{also} ({seconds:.0f} s) -> {path}")
     print_tables(console, by_runner)
     if args.write_baseline and "hetc" in by_runner:
         write_baseline(by_runner["hetc"], args.write_baseline)

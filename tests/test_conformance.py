@@ -41,8 +41,8 @@ def test_node_sample(tests_root, name):
 @pytest.mark.slow
 @pytest.mark.conformance
 def test_full_suite_keeps_every_recorded_pass(tests_root):
-    results = conformance.run_suite(conformance.list_tests(tests_root), "hetc", os.cpu_count() or 1, timeout=300,
-                                    retry_frozen=False)
+    results = conformance.run_suite(conformance.list_tests(tests_root), "hetc", os.cpu_count() or 1,
+                                    timeout=300, retry_frozen=False)
     by_name = {r.test: r for r in results}
     lost = [f"{t} ({by_name[t].outcome}: {by_name[t].error})" for t in BASELINE["passing"]
             if by_name[t].outcome != conformance.PASS]

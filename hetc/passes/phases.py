@@ -38,7 +38,8 @@ def simplify_passes() -> list[Stage]:
     from .legalize_dynamic import legalize_dynamic_pass
 
     return [
-        Stage("legalize_dynamic", "lower ops whose output shape is computed at run time (before FoldConstant)",
+        Stage("legalize_dynamic",
+              "lower ops whose output shape is computed at run time (before FoldConstant)",
               lambda: legalize_dynamic_pass),
         Stage("fold_constants", "evaluate subgraphs whose inputs are all constants",
               relax.transform.FoldConstant),

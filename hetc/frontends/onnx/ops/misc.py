@@ -260,7 +260,8 @@ def _window(kind: str):
     return convert
 
 
-def _window_runtime(ctx: ConvertContext, kind: str, size_in: relax.Expr, periodic: bool, dtype: str) -> relax.Expr:
+def _window_runtime(ctx: ConvertContext, kind: str, size_in: relax.Expr, periodic: bool,
+                    dtype: str) -> relax.Expr:
     """A window whose size is known at run time: the same formulas on ``arange(size)`` in float64."""
     bb = ctx.bb
     size = rv.scalar_var(bb, size_in, "window")
@@ -269,7 +270,8 @@ def _window_runtime(ctx: ConvertContext, kind: str, size_in: relax.Expr, periodi
         return relax.const(np.float64(value), "float64")
 
     ni = bb.normalize(relax.op.arange(0, size, 1, "float64"))
-    n_1 = relax.op.astype(relax.op.shape_to_tensor(relax.ShapeExpr([size if periodic else size - 1])), "float64")
+    denominator = relax.ShapeExpr([size if periodic else size - 1])
+    n_1 = relax.op.astype(relax.op.shape_to_tensor(denominator), "float64")
     phase = bb.normalize(relax.op.divide(relax.op.multiply(ni, f64(np.pi * 2)), n_1))  # 2 pi n / N
     if kind == "blackman":
         res = relax.op.add(relax.op.add(relax.op.multiply(relax.op.cos(phase), f64(-0.5)),
@@ -437,7 +439,8 @@ def dft20(ctx: ConvertContext, inputs: list, attrs: Attrs):
         if len(set(shapes.values())) != 1:
             raise ctx.error("a run-time axis needs every axis to give the same output shape "
                             f"(got {sorted(set(shapes.values()))}); freeze it with --constant-input")
-        return rv.per_axis(ctx.bb, axis_in, rank, lambda a: _dft(ctx, x, length, a, bool(inverse), bool(onesided)),
+        return rv.per_axis(ctx.bb, axis_in, rank,
+                           lambda a: _dft(ctx, x, length, a, bool(inverse), bool(onesided)),
                            candidates=range(rank - 1))
     axis = -2 if axis_in is None else int(_const_array(ctx, axis_in, "axis").reshape(-1)[0])
     return _dft(ctx, inputs[0], length, axis, bool(inverse), bool(onesided))

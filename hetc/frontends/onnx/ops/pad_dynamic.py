@@ -20,7 +20,8 @@ def _i64(value) -> relax.Expr:
     return relax.const(np.asarray(value, np.int64), "int64")
 
 
-def gather_pad_axis(bb, x: relax.Expr, axis: int, before, out_len, mode: str, value: relax.Expr | None) -> relax.Expr:
+def gather_pad_axis(bb, x: relax.Expr, axis: int, before, out_len, mode: str,
+                    value: relax.Expr | None) -> relax.Expr:
     """``x`` padded (or cropped) along ``axis`` to ``out_len``, input position 0 at ``before``
     (both PrimExprs known at run time)."""
     n = dims(x)[axis]  # static: the axes before it may already have run-time lengths
@@ -53,7 +54,8 @@ def gather_pad_axis(bb, x: relax.Expr, axis: int, before, out_len, mode: str, va
     return relax.op.where(inside, y, value)
 
 
-def pad_runtime(ctx, x: relax.Expr, pads: relax.Expr, axes, mode: str, value: relax.Expr | None) -> relax.Expr:
+def pad_runtime(ctx, x: relax.Expr, pads: relax.Expr, axes, mode: str,
+                value: relax.Expr | None) -> relax.Expr:
     """Pad with a run-time ``pads`` vector (``[begin..., end...]`` over ``axes``: a list of ints,
     or a run-time tensor)."""
     bb = ctx.bb

@@ -24,7 +24,8 @@ def _split(ctx: ConvertContext, inputs: list, attrs: Attrs):
     attrs.get("num_outputs")  # implied by the sizes' length
     parts, begin = [], tirx.const(0, "int64")
     for size in rv.shape_vars(ctx.bb, sizes, "split"):
-        parts.append(ctx.bb.normalize(relax.op.strided_slice(x, [axis], [begin], [begin + size], assume_inbound=True)))
+        part = relax.op.strided_slice(x, [axis], [begin], [begin + size], assume_inbound=True)
+        parts.append(ctx.bb.normalize(part))
         begin = begin + size
     return relax.Tuple(parts)
 

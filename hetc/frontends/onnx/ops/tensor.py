@@ -191,7 +191,8 @@ def _one_hot(ctx: ConvertContext, inputs: list, attrs: Attrs, wrap_negative: boo
     if isinstance(depth, int):
         targets = relax.const(np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (rank - axis)), "int64")
     else:
-        targets = bb.normalize(relax.op.reshape(relax.op.arange(0, depth, 1, "int64"), [depth] + [1] * (rank - axis)))
+        ramp = relax.op.arange(0, depth, 1, "int64")
+        targets = bb.normalize(relax.op.reshape(ramp, [depth] + [1] * (rank - axis)))
     hit = bb.normalize(relax.op.equal(idx, targets))
     off = bb.normalize(relax.op.take(values, relax.const(0, "int64"), axis=0))
     on = bb.normalize(relax.op.take(values, relax.const(1, "int64"), axis=0))
