@@ -10,12 +10,13 @@ every later shape is an expression of them, as with symbolic input dims.
 - ``shape_vars(bb, tensor, prefix)``: an int vector of static length -> one fresh var per element.
 - ``scalar_var(bb, tensor, prefix)``: a one-element int tensor -> one fresh var.
 - ``fit(bb, expr, prefix)``: a tensor whose shape is unknown -> the same tensor with fresh dims.
+- ``per_axis(bb, axis, rank, build)``: an op along an axis named at run time (same output shape
+  for every axis).
 """
 
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import relax, tirx
 
 
@@ -81,16 +82,6 @@ def per_axis(bb: relax.BlockBuilder, axis: relax.Expr, rank: int, build, candida
         pick = relax.op.equal(axis, relax.const(np.int64(a), "int64"))
         out = bb.normalize(relax.op.where(pick, bb.normalize(build(a)), out))
     return out
-
-
-def like(bb: relax.BlockBuilder, expr: relax.Expr, ref: relax.Expr) -> relax.Expr:
-    """``expr`` (of known, run-time dims) cast to ``ref``'s dims: two tensors the converter
-    knows have the same shape, which Relax cannot prove (different run-time dims), so that an
-    elementwise op between them has a known shape."""
-    expr = bb.normalize(expr)
-    if tvm_ffi.structural_equal(expr.ty.shape, ref.ty.shape):
-        return expr
-    return bb.match_cast(_bound(bb, expr), relax.TensorType(ref.ty.shape.values, expr.ty.dtype))
 
 
 def _bound(bb: relax.BlockBuilder, expr: relax.Expr) -> relax.Expr:
