@@ -53,13 +53,16 @@ class Result:
     outcome: str
     error: str
     seconds: float
-    frozen: str = ""  # inputs compiled as constants (``constant_inputs``), space-separated
+    frozen: str = ""  # inputs compiled as constants (``constant_inputs``) for ``frozen_outcome``
+    # The outcome when a failing test is retried with its shape-deciding inputs frozen (``outcome``
+    # itself is without freezing); "" when not measured (``retry_frozen=False``, other runners).
+    frozen_outcome: str = ""
 
 
-# A static-shape compile needs the values of inputs that decide output shapes (axes, pads,
-# shape, k, ...). Node tests feed them as graph inputs where exported models store constants;
-# when a test fails without it, it is retried with its small integer inputs frozen, and the
-# CSV's `frozen` column says so.
+# Node tests feed the inputs that decide output shapes (axes, pads, shape, k, ...) as graph
+# inputs where exported models store constants. hetc compiles them as run-time values; a test
+# that still fails to compile is retried with its small integer inputs frozen to their values
+# (``constant_inputs``), and ``frozen_outcome`` records that second outcome.
 _RETRY_WITH_FROZEN = {"conversion-error", "shape-error", "unsupported-op", "compile-error"}
 
 
@@ -209,8 +212,13 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
 
 
-def run_test(test_dir: Path, runner: str = "hetc") -> Result:
-    """Run one node test with ``runner`` ("hetc" or "onnxruntime")."""
+def run_test(test_dir: Path, runner: str = "hetc", retry_frozen: bool = True) -> Result:
+    """Run one node test with ``runner`` ("hetc", "onnxruntime" or "tvm").
+
+    ``outcome`` is hetc's outcome with every graph input a run-time input. With ``retry_frozen``
+    a hetc test that fails to compile is retried with its small integer inputs frozen to their
+    values: ``frozen_outcome`` is the better of the two outcomes (``frozen`` names the inputs
+    when the retry passed)."""
     start = time.perf_counter()
     model = onnx.load(test_dir / "model.onnx", load_external_data=False)
     op = main_op(test_dir, model)
@@ -229,11 +237,16 @@ def run_test(test_dir: Path, runner: str = "hetc") -> Result:
             return result("load-error", _first_line(err))
     first = _check_hetc(test_dir, data_sets, result, ())
     frozen = _shape_inputs(data_sets)
+    if not retry_frozen:
+        return first
+    first.frozen_outcome = first.outcome
     if first.outcome not in _RETRY_WITH_FROZEN or not frozen:
         return first
     second = _check_hetc(test_dir, data_sets, result, frozen)
-    second.frozen = " ".join(frozen)
-    return second if second.outcome == PASS else first
+    if second.outcome == PASS:
+        first.frozen_outcome, first.frozen = PASS, " ".join(frozen)
+    first.seconds = second.seconds  # both attempts
+    return first
 
 
 def _is_config(value: np.ndarray) -> bool:
@@ -330,7 +343,7 @@ def _ort_runner(test_dir: Path, data_sets=None):
 
 # --- running many tests in worker processes ---------------------------------------------
 
-def _worker(conn, runner: str) -> None:
+def _worker(conn, runner: str, retry_frozen: bool) -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
@@ -341,15 +354,16 @@ def _worker(conn, runner: str) -> None:
             return
         if test is None:
             return
-        conn.send(run_test(Path(test), runner))
+        conn.send(run_test(Path(test), runner, retry_frozen))
 
 
 class _Slot:
     """One worker process and the test it is running."""
 
-    def __init__(self, ctx, runner: str) -> None:
+    def __init__(self, ctx, runner: str, retry_frozen: bool) -> None:
+        self.runner, self.retry_frozen = runner, retry_frozen
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, runner), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, runner, retry_frozen), daemon=True)
         self.proc.start()
         child.close()
         self.test: Path | None = None
@@ -365,10 +379,12 @@ class _Slot:
         self.conn.close()
 
 
-def run_suite(tests: list[Path], runner: str, jobs: int, timeout: float, progress=None) -> list[Result]:
+def run_suite(tests: list[Path], runner: str, jobs: int, timeout: float, progress=None,
+              retry_frozen: bool = True) -> list[Result]:
+    """Run ``tests`` in ``jobs`` worker processes (see ``run_test`` for ``retry_frozen``)."""
     ctx = mp.get_context("spawn")  # a fresh interpreter: no TVM state inherited across forks
     pending = list(reversed(tests))
-    slots = [_Slot(ctx, runner) for _ in range(min(jobs, len(tests)))]
+    slots = [_Slot(ctx, runner, retry_frozen) for _ in range(min(jobs, len(tests)))]
     results: list[Result] = []
 
     def failed(slot: _Slot, outcome: str, error: str) -> Result:
@@ -391,10 +407,10 @@ def run_suite(tests: list[Path], runner: str, jobs: int, timeout: float, progres
                 except (EOFError, OSError):
                     slot.proc.join()
                     result = failed(slot, "crash", f"worker died (exit code {slot.proc.exitcode})")
-                    slots[i] = slot = _replace(slot, ctx, runner)
+                    slots[i] = slot = _replace(slot, ctx)
             elif now - slot.started > timeout:
                 result = failed(slot, "timeout", f"no result after {timeout:g} s")
-                slots[i] = slot = _replace(slot, ctx, runner)
+                slots[i] = slot = _replace(slot, ctx)
             if result is None:
                 continue
             results.append(result)
@@ -411,6 +427,6 @@ def run_suite(tests: list[Path], runner: str, jobs: int, timeout: float, progres
     return sorted(results, key=lambda r: r.test)
 
 
-def _replace(slot: _Slot, ctx, runner: str) -> _Slot:
+def _replace(slot: _Slot, ctx) -> _Slot:
     slot.kill()
-    return _Slot(ctx, runner)
+    return _Slot(ctx, slot.runner, slot.retry_frozen)

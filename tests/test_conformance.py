@@ -2,7 +2,9 @@
 
 The default run checks a fixed sample, one test per op, in this process. The full suite
 (marked `conformance`, run by CI) must keep every test recorded as passing in
-tests/conformance_baseline.json, so the pass count never drops below the recorded one.
+tests/conformance_baseline.json, so the pass count never drops below the recorded one. Both
+compile every graph input as a run-time input: no input is frozen to its value, so a test whose
+shape-deciding input (axes, pads, a shape) arrives at run time must pass as such.
 Refresh the record with: python benchmarks/onnx_conformance.py --write-baseline tests/conformance_baseline.json
 """
 
@@ -31,7 +33,7 @@ def tests_root() -> Path:
 @needs_same_onnx
 @pytest.mark.parametrize("name", BASELINE["sample"])
 def test_node_sample(tests_root, name):
-    result = conformance.run_test(tests_root / name)
+    result = conformance.run_test(tests_root / name, retry_frozen=False)
     assert result.outcome == conformance.PASS, f"{result.outcome}: {result.error}"
 
 
@@ -39,7 +41,8 @@ def test_node_sample(tests_root, name):
 @pytest.mark.slow
 @pytest.mark.conformance
 def test_full_suite_keeps_every_recorded_pass(tests_root):
-    results = conformance.run_suite(conformance.list_tests(tests_root), "hetc", os.cpu_count() or 1, timeout=300)
+    results = conformance.run_suite(conformance.list_tests(tests_root), "hetc", os.cpu_count() or 1,
+                                    timeout=300, retry_frozen=False)
     by_name = {r.test: r for r in results}
     lost = [f"{t} ({by_name[t].outcome}: {by_name[t].error})" for t in BASELINE["passing"]
             if by_name[t].outcome != conformance.PASS]

@@ -168,13 +168,9 @@ def test_unsupported_values_are_clear_errors():
     x = np.zeros((2, 3), F32)
     with pytest.raises(ConversionError, match=r"\(LpNormalization\): attribute p=3 is not supported"):
         hetc.compile(_model("LpNormalization", {"x": x}, [("y", (2, 3), F32)], opset=22, p=3))
-    with pytest.raises(ConversionError, match=r"\(CumProd\): input axis must be a constant"):
-        hetc.compile(_model("CumProd", {"x": x, "axis": np.array(0, np.int64)}, [("y", (2, 3), F32)]))
     m = np.zeros((4, 4), F32)
     with pytest.raises(ConversionError, match=r"\(Det\): matrices larger than 3x3"):
         hetc.compile(_model("Det", {"m": m}, [("y", (), F32)], opset=22))
-    with pytest.raises(ConversionError, match=r"\(HannWindow\): input size must be a constant"):
-        _hann_dynamic()
     with pytest.raises(ConversionError, match=r"\(DFT\): input dft_length must be a constant"):
         node = helper.make_node("DFT", ["x", "len"], ["y"], onesided=0)
         hetc.compile(make([node], [tensor("x", (1, 4, 1)), tensor("len", (), np.int64)],
@@ -186,6 +182,18 @@ def test_unsupported_values_are_clear_errors():
                             [("y", (1, 1, 3), F32)], opset=22))
 
 
-def _hann_dynamic():
+def test_run_time_axis_and_size():
+    """CumProd's axis and a window's size as graph inputs: one compiled model, several values."""
+    x = np.arange(1, 7, dtype=F32).reshape(2, 3)
+    node = helper.make_node("CumProd", ["x", "axis"], ["y"], reverse=1)
+    model = make([node], [tensor("x", (2, 3)), tensor("axis", (), np.int64)], [tensor("y", (2, 3))], opset=26)
+    compiled = hetc.compile(model)
+    for axis in (0, -1):
+        feeds = {"x": x, "axis": np.array(axis, np.int64)}
+        np.testing.assert_allclose(compiled.run(feeds)["y"], ReferenceEvaluator(model).run(None, feeds)[0])
     node = helper.make_node("HannWindow", ["n"], ["y"])
-    hetc.compile(make([node], [tensor("n", (), np.int64)], [tensor("y", (4,))], opset=17))
+    model = make([node], [tensor("n", (), np.int64)], [tensor("y", ("len",))], opset=17)
+    compiled = hetc.compile(model)
+    for n in (4, 9):
+        feeds = {"n": np.array(n, np.int64)}
+        assert_close(compiled.run(feeds)["y"], ReferenceEvaluator(model).run(None, feeds)[0])

@@ -103,12 +103,17 @@ def test_resize_10_and_upsample_match_onnxruntime(mode):
         assert_close(hetc.compile(model).run({"x": x})["y"], ort_run(model, {"x": x})[0])
 
 
-def test_resize_runtime_sizes_is_a_clear_error():
-    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")
-    model = make([node], [tensor("x", (1, 1, 4, 4)), tensor("sizes", (4,), np.int64)], [tensor("y", (1, 1, 8, 8))],
-                 opset=19)
-    with pytest.raises(ConversionError, match=r"\(Resize\): input 'sizes' must be a constant"):
-        hetc.compile(model, constant_inputs=None)
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_runtime_sizes_match_onnxruntime(mode):
+    """sizes as a graph input: indices and weights computed at run time, one model for any size."""
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode=mode)
+    model = make([node], [tensor("x", (1, 1, 4, 4)), tensor("sizes", (4,), np.int64)],
+                 [tensor("y", ("n", "c", "h", "w"))], opset=19)
+    x = np.random.default_rng(3).normal(size=(1, 1, 4, 4)).astype(np.float32)
+    compiled = hetc.compile(model)
+    for sizes in ([1, 1, 8, 8], [1, 1, 3, 6]):
+        feeds = {"x": x, "sizes": np.array(sizes, np.int64)}
+        assert_close(compiled.run(feeds)["y"], ort_run(model, feeds)[0])
 
 
 def test_resize_unsupported_attribute_value():

@@ -62,11 +62,14 @@ def test_pad_unsupported_mode_is_a_clear_error():
         hetc.compile(model)
 
 
-def test_pad_runtime_pads_is_a_clear_error():
+def test_pad_runtime_pads_match_reference():
     node = helper.make_node("Pad", ["x", "pads"], ["y"])
-    model = make([node], [tensor("x", (2, 2)), tensor("pads", (4,), np.int64)], [tensor("y", (2, 4))], opset=19)
-    with pytest.raises(ConversionError, match=r"\(Pad\): input 'pads' must be a constant"):
-        hetc.compile(model)
+    model = make([node], [tensor("x", (2, 2)), tensor("pads", (4,), np.int64)], [tensor("y", ("a", "b"))], opset=19)
+    compiled = hetc.compile(model)
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    for pads in ([0, 1, 0, 1], [1, 0, 2, 0]):
+        feed = {"x": x, "pads": np.array(pads, np.int64)}
+        np.testing.assert_array_equal(compiled.run(feed)["y"], ReferenceEvaluator(model).run(None, feed)[0])
 
 
 @pytest.mark.parametrize(("axis", "idtype", "opset"), [(-1, np.int64, 11), (0, np.float32, 11), (1, np.int32, 11),
@@ -84,12 +87,15 @@ def test_one_hot_matches_reference(axis, idtype, opset):
     np.testing.assert_array_equal(got, expected)
 
 
-def test_one_hot_runtime_depth_is_a_clear_error():
+def test_one_hot_runtime_depth_matches_reference():
     node = helper.make_node("OneHot", ["indices", "depth", "values"], ["y"])
     model = make([node], [tensor("indices", (3,), np.int64), tensor("depth", (), np.int64), tensor("values", (2,))],
-                 [tensor("y", (3, 4))], opset=11)
-    with pytest.raises(ConversionError, match=r"\(OneHot\): input 'depth' must be a constant"):
-        hetc.compile(model)
+                 [tensor("y", (3, "depth"))], opset=11)
+    compiled = hetc.compile(model)
+    for depth in (4, 2):
+        feed = {"indices": np.array([0, 3, -1], np.int64), "depth": np.array(depth, np.int64),
+                "values": np.array([0, 1], np.float32)}
+        np.testing.assert_array_equal(compiled.run(feed)["y"], ReferenceEvaluator(model).run(None, feed)[0])
 
 
 @pytest.mark.parametrize(("shape", "axes"), [([3, 7, 2], None), ([5, 1], [-1, 0]), ([9], [1])])
@@ -103,8 +109,11 @@ def test_center_crop_pad_matches_reference(shape, axes):
     np.testing.assert_array_equal(got, expected)
 
 
-def test_center_crop_pad_runtime_shape_is_a_clear_error():
+def test_center_crop_pad_runtime_shape_matches_reference():
     node = helper.make_node("CenterCropPad", ["x", "shape"], ["y"], axes=[1])
-    model = make([node], [tensor("x", (4, 4)), tensor("shape", (1,), np.int64)], [tensor("y", (4, 2))], opset=18)
-    with pytest.raises(ConversionError, match=r"\(CenterCropPad\): input 'shape' must be a constant"):
-        hetc.compile(model)
+    model = make([node], [tensor("x", (4, 4)), tensor("shape", (1,), np.int64)], [tensor("y", (4, "w"))], opset=18)
+    compiled = hetc.compile(model)
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    for size in (2, 7):
+        feed = {"x": x, "shape": np.array([size], np.int64)}
+        np.testing.assert_array_equal(compiled.run(feed)["y"], ReferenceEvaluator(model).run(None, feed)[0])

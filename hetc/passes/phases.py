@@ -35,7 +35,12 @@ def inference_passes() -> list[Stage]:
 
 
 def simplify_passes() -> list[Stage]:
+    from .legalize_dynamic import legalize_dynamic_pass
+
     return [
+        Stage("legalize_dynamic",
+              "lower ops whose output shape is computed at run time (before FoldConstant)",
+              lambda: legalize_dynamic_pass),
         Stage("fold_constants", "evaluate subgraphs whose inputs are all constants",
               relax.transform.FoldConstant),
         Stage("canonicalize", "remove trivial bindings and aliases", relax.transform.CanonicalizeBindings),
@@ -112,7 +117,11 @@ def isolate_scalar_kernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 
 def fusion_passes() -> list[Stage]:
+    from .shape_binding import unfuse_runtime_shapes_pass
+
     return [
+        Stage("unfuse_runtime_shapes", "leave unfused the functions that bind dims at run time (match_cast)",
+              lambda: unfuse_runtime_shapes_pass),
         Stage("fuse_ops", "group injective/reduction ops into their producers and consumers",
               relax.transform.FuseOps),
         Stage("fuse_tir", "merge each group into one PrimFunc", relax.transform.FuseTIR),

@@ -154,6 +154,9 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
             ctx = registry.ConvertContext(self.bb, node, op_name, opset, custom.get("num_outputs", 1))
             tracked = registry.Attrs(node, op_name, attrs)
             result = entry.fn(ctx, list(inputs), tracked)
+            if result is NotImplemented:  # a form hetc leaves to TVM's converter
+                attrs["tvm_custom"] = custom
+                return super()._convert_operator(op_name, inputs, attrs, opset)
             if tracked.unread():
                 raise ctx.error(f"attribute(s) {', '.join(tracked.unread())} not handled by hetc's "
                                 "converter")

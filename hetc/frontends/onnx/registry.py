@@ -15,7 +15,9 @@ then import the module in ``ops/__init__.py``. For a model of opset N the entry 
 largest ``since`` <= N is used. Converters are for the default ONNX domain; nodes of other
 domains (``com.microsoft``, ...) are reported as unsupported. A converter must read every attribute the node carries
 (``attrs.get``) or reject the value it does not handle (``attrs.reject``); attributes left
-unread make the conversion fail instead of being silently ignored.
+unread make the conversion fail instead of being silently ignored. A converter that handles
+only some forms of its op (e.g. the run-time ``axes`` of a Reduce) returns ``NotImplemented``
+for the others, which TVM's converter then converts.
 """
 
 from __future__ import annotations

@@ -5,16 +5,24 @@ discovery magic), and see ``hetc.frontends.onnx.registry`` for how to write a co
 """
 
 from . import (  # noqa: F401
+    affine_grid,
     attention,
     cast,
     constant,
+    cumsum,
     loss,
     math,
     misc,
     normalization,
     quantize,
+    range,
+    reduce,
+    reshape,
     resize,
     rotary,
     sequence,
+    split,
     tensor,
+    topk,
+    trilu,
 )

@@ -6,7 +6,7 @@ All follow ``onnx.reference``:
 - ``BitCast`` (26) reinterprets the bits (a TE ``reinterpret``); bool <-> 8-bit ints is a
   value cast (bool is one byte, 0/1).
 - ``CumProd`` (26): ``relax.cumprod`` with ``exclusive``; ``reverse`` flips the axis around
-  it. The ``axis`` input must be a constant (freeze it with ``--constant-input``).
+  it. An ``axis`` input known only at run time computes every axis and picks one.
 - ``LpNormalization`` (22; 1 for the older type list): ``p`` 1 or 2; a zero norm gives 0.
 - ``Swish`` (24) ``x * sigmoid(alpha x)``; ``SwiGLU`` (28) ``swish(a) * b``; ``Celu`` (12).
 - ``Det`` (22): closed forms for 1x1, 2x2 and 3x3 matrices (batched); larger ones are
@@ -21,7 +21,7 @@ All follow ``onnx.reference``:
   same DFT along the frame axis.
 - ``Col2Im`` (18): a scatter-add of every (block offset, block) column into the flattened
   image, with positions that fall in the padding sent to a discarded slot.
-  ``image_shape``/``block_shape`` must be constants.
+  Run-time ``image_shape``/``block_shape``: ``col2im_dynamic``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,11 @@ import tvm
 from onnx import helper
 from tvm import relax, te, tirx
 
-from ..shapes import static_dims as _dims
+from .. import runtime_values as rv
 from ..registry import Attrs, ConvertContext, converter
+from ..shapes import dims
+from ..shapes import static_dims as _dims
+from .col2im_dynamic import col2im_runtime
 
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -109,21 +112,23 @@ def cumprod(ctx: ConvertContext, inputs: list, attrs: Attrs):
     exclusive = attrs.reject("exclusive", lambda v: v in (0, 1), 0)
     reverse = attrs.reject("reverse", lambda v: v in (0, 1), 0)
     rank = x.ty.ndim
+
+    def along(axis: int) -> relax.Expr:
+        y = relax.op.flip(x, axis) if reverse else x
+        y = ctx.bb.normalize(relax.op.cumprod(y, axis=axis, exclusive=bool(exclusive)))
+        return relax.op.flip(y, axis) if reverse else y
+
+    if rank == 0:
+        return x
+    if rv.is_runtime(axis_in):  # an axis known at run time: every axis computed, one picked
+        return rv.per_axis(ctx.bb, axis_in, rank, along)
     axis_arr = _const_array(ctx, axis_in, "axis").reshape(-1)
     if axis_arr.size != 1:
         raise ctx.error("input axis must be a scalar")
     axis = int(axis_arr[0])
-    if not -max(rank, 1) <= axis < max(rank, 1):
+    if not -rank <= axis < rank:
         raise ctx.error(f"axis {axis} is out of range for rank {rank}")
-    axis %= max(rank, 1)
-    if rank == 0:
-        return x
-    if reverse:
-        x = relax.op.flip(x, axis)
-    y = relax.op.cumprod(x, axis=axis, exclusive=bool(exclusive))
-    if reverse:
-        y = relax.op.flip(ctx.bb.normalize(y), axis)
-    return y
+    return along(axis % rank)
 
 
 # ----------------------------------------------------------------------------- elementwise
@@ -234,6 +239,8 @@ def _window(kind: str):
     def convert(ctx: ConvertContext, inputs: list, attrs: Attrs):
         periodic = attrs.reject("periodic", lambda v: v in (0, 1), 1)
         dtype = _onnx_dtype(ctx, attrs.get("output_datatype", 1), "output_datatype")
+        if rv.is_runtime(inputs[0]):
+            return _window_runtime(ctx, kind, inputs[0], bool(periodic), dtype)
         size = _window_size(ctx, inputs[0])
         np_dtype = np.float32 if dtype == "bfloat16" else np.dtype(dtype)
         n_1 = size if periodic else size - 1
@@ -251,6 +258,32 @@ def _window(kind: str):
                     res = alpha - np.cos(ni * np.pi * 2 / n_1) * (1 - alpha)
         return _const(np.asarray(res).astype(np_dtype), dtype)
     return convert
+
+
+def _window_runtime(ctx: ConvertContext, kind: str, size_in: relax.Expr, periodic: bool,
+                    dtype: str) -> relax.Expr:
+    """A window whose size is known at run time: the same formulas on ``arange(size)`` in float64."""
+    bb = ctx.bb
+    size = rv.scalar_var(bb, size_in, "window")
+
+    def f64(value: float) -> relax.Expr:
+        return relax.const(np.float64(value), "float64")
+
+    ni = bb.normalize(relax.op.arange(0, size, 1, "float64"))
+    denominator = relax.ShapeExpr([size if periodic else size - 1])
+    n_1 = relax.op.astype(relax.op.shape_to_tensor(denominator), "float64")
+    phase = bb.normalize(relax.op.divide(relax.op.multiply(ni, f64(np.pi * 2)), n_1))  # 2 pi n / N
+    if kind == "blackman":
+        res = relax.op.add(relax.op.add(relax.op.multiply(relax.op.cos(phase), f64(-0.5)),
+                                        relax.op.multiply(relax.op.cos(relax.op.multiply(phase, f64(2))), f64(0.08))),
+                           f64(0.42))
+    elif kind == "hann":
+        half = relax.op.sin(relax.op.multiply(phase, f64(0.5)))
+        res = relax.op.multiply(half, half)
+    else:
+        alpha = 25.0 / 46.0
+        res = relax.op.subtract(f64(alpha), relax.op.multiply(relax.op.cos(phase), f64(1 - alpha)))
+    return relax.op.astype(bb.normalize(res), dtype)
 
 
 converter("HannWindow", since=17)(_window("hann"))
@@ -303,7 +336,7 @@ def _dft_last(ctx: ConvertContext, re: relax.Expr, im: relax.Expr | None, length
     Returns [real, imag], or [real] for the inverse one-sided (irfft) case."""
     bb = ctx.bb
     dtype = str(re.ty.dtype)
-    n_in = _dims(re)[-1]
+    n_in = dims(re)[-1]
     n = length
     j = np.arange(n_in)[:, None].astype(np.float64)
     if inverse and onesided:  # irfft: one-sided bins -> n real samples
@@ -344,7 +377,7 @@ def _dft(ctx: ConvertContext, x: relax.Expr, length: int | None, axis: int, inve
     dtype = str(x.ty.dtype)
     if dtype not in _FLOAT_DTYPES:
         raise ctx.error(f"input has dtype {dtype}; DFT takes float types")
-    shape = _dims(x)
+    shape = dims(x)  # only the transformed axis and the last need static lengths
     rank = len(shape)
     if rank < 2 or shape[-1] not in (1, 2):
         raise ctx.error(f"input must end with a dimension of 1 (real) or 2 (complex), got {shape}")
@@ -398,9 +431,29 @@ def dft20(ctx: ConvertContext, inputs: list, attrs: Attrs):
     inverse = attrs.reject("inverse", lambda v: v in (0, 1), 0)
     onesided = attrs.reject("onesided", lambda v: v in (0, 1), 0)
     axis_in = _opt(inputs, 2)
+    length = _dft_length(ctx, _opt(inputs, 1))
+    if rv.is_runtime(axis_in):  # every signal axis transformed, the one named at run time picked
+        x = inputs[0]
+        rank = x.ty.ndim
+        shapes = {a: _dft_shape(_dims(x), a, length, bool(inverse), bool(onesided)) for a in range(rank - 1)}
+        if len(set(shapes.values())) != 1:
+            raise ctx.error("a run-time axis needs every axis to give the same output shape "
+                            f"(got {sorted(set(shapes.values()))}); freeze it with --constant-input")
+        return rv.per_axis(ctx.bb, axis_in, rank,
+                           lambda a: _dft(ctx, x, length, a, bool(inverse), bool(onesided)),
+                           candidates=range(rank - 1))
     axis = -2 if axis_in is None else int(_const_array(ctx, axis_in, "axis").reshape(-1)[0])
-    return _dft(ctx, inputs[0], _dft_length(ctx, _opt(inputs, 1)), axis, bool(inverse),
-                bool(onesided))
+    return _dft(ctx, inputs[0], length, axis, bool(inverse), bool(onesided))
+
+
+def _dft_shape(shape: list[int], axis: int, length: int | None, inverse: bool, onesided: bool) -> tuple:
+    """The output shape of ``_dft`` along ``axis``."""
+    if length is None:
+        length = 2 * (shape[axis] - 1) if inverse and onesided else shape[axis]
+    out = list(shape)
+    out[axis] = length // 2 + 1 if onesided and not inverse else length
+    out[-1] = 1 if inverse and onesided else 2
+    return tuple(out)
 
 
 @converter("STFT", since=17)
@@ -412,6 +465,10 @@ def stft(ctx: ConvertContext, inputs: list, attrs: Attrs):
     shape = _dims(signal)
     if len(shape) != 3 or shape[2] not in (1, 2):
         raise ctx.error(f"signal must be [batch, length, 1 or 2], got {shape}")
+    if rv.is_runtime(step_in):
+        if length_in is not None or window is None:
+            raise ctx.error("a run-time frame_step needs the frame length from the window's shape")
+        return _stft_runtime_step(ctx, signal, step_in, window, bool(onesided))
     step = int(_const_array(ctx, step_in, "frame_step").reshape(-1)[0])
     if length_in is not None:
         frame_length = int(_const_array(ctx, length_in, "frame_length").reshape(-1)[0])
@@ -434,12 +491,38 @@ def stft(ctx: ConvertContext, inputs: list, attrs: Attrs):
     return _dft(ctx, framed, frame_length, 2, False, bool(onesided))
 
 
+def _stft_runtime_step(ctx: ConvertContext, signal: relax.Expr, step_in: relax.Expr, window: relax.Expr,
+                       onesided: bool) -> relax.Expr:
+    """STFT with a run-time frame_step: the frame count ``1 + (length - frame_length) // step``
+    is a symbolic dim and the frame indices are computed by the graph."""
+    bb = ctx.bb
+    batch, length, parts = _dims(signal)
+    frame_length = _dims(window)[0]
+    step = rv.scalar_var(bb, step_in, "frame_step")
+    frames = tirx.floordiv(length - frame_length, step) + 1
+    starts = relax.op.multiply(relax.op.arange(0, frames, 1, "int64"),
+                               relax.op.shape_to_tensor(relax.ShapeExpr([step])))
+    index = relax.op.add(relax.op.reshape(starts, relax.ShapeExpr([frames, 1])),
+                         relax.const(np.arange(frame_length, dtype=np.int64).reshape(1, frame_length), "int64"))
+    index = bb.normalize(relax.op.reshape(bb.normalize(index), relax.ShapeExpr([frames * frame_length])))
+    framed = bb.normalize(relax.op.take(signal, index, axis=1))
+    framed = bb.normalize(relax.op.reshape(framed, relax.ShapeExpr([batch, frames, frame_length, parts])))
+    framed = bb.normalize(relax.op.multiply(framed, relax.op.reshape(window, [1, 1, frame_length, 1])))
+    return _dft(ctx, framed, frame_length, 2, False, onesided)
+
+
 # ----------------------------------------------------------------------------- Col2Im
 
 @converter("Col2Im", since=18)
 def col2im(ctx: ConvertContext, inputs: list, attrs: Attrs):
     bb = ctx.bb
     x = inputs[0]
+    if rv.is_runtime(inputs[1]) or rv.is_runtime(inputs[2]):
+        nd = _dims(inputs[1])[0] if rv.is_runtime(inputs[1]) else _const_array(ctx, inputs[1], "").size
+        dilations = [int(v) for v in attrs.get("dilations", [1] * nd)]
+        pads = [int(v) for v in attrs.get("pads", [0] * (2 * nd))]
+        strides = [int(v) for v in attrs.get("strides", [1] * nd)]
+        return col2im_runtime(ctx, x, inputs[1], inputs[2], dilations, pads, strides)
     image = [int(v) for v in _const_array(ctx, inputs[1], "image_shape").reshape(-1)]
     block = [int(v) for v in _const_array(ctx, inputs[2], "block_shape").reshape(-1)]
     nd = len(image)

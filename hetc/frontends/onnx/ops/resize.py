@@ -12,9 +12,9 @@ sampling (every row one weight of 1) is a single ``take``, exact for every dtype
 ``tf_crop_and_resize`` writes ``extrapolation_value`` where the source coordinate is outside
 the input.
 
-Scales, sizes and roi decide the output shape or the sampling grid, so they must be
-constants (initializers, folded values or inputs frozen with ``constant_inputs=``); a graph
-input there is a clear ConversionError naming it. Integer inputs interpolated with
+Scales, sizes and roi decide the output shape and the sampling grid. Constants (initializers,
+folded values, inputs frozen with ``constant_inputs=``) take the path above; graph inputs are
+resampled with indices and weights computed at run time (``resize_dynamic``). Integer inputs interpolated with
 linear/cubic weights are computed in float, rounded and saturated back (the reference's
 ``saturate_cast``).
 
@@ -30,8 +30,10 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .. import runtime_values as rv
 from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
+from .resize_dynamic import resize_runtime
 
 _COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
                 "asymmetric", "tf_crop_and_resize", "tf_half_pixel_for_nn")
@@ -299,6 +301,14 @@ def _resize(ctx: ConvertContext, inputs: list, attrs: Attrs):
         if len(set(axes)) != len(axes):
             raise ctx.error(f"axes={axes} has duplicates")
 
+    scales_e, sizes_e, roi_e = (e if _present(e) else None for e in (scales_e, sizes_e, roi_e))
+    if any(rv.is_runtime(e) for e in (scales_e, sizes_e, roi_e if coord == "tf_crop_and_resize" else None)):
+        if (scales_e is None) == (sizes_e is None):
+            raise ctx.error("exactly one of the inputs 'scales' and 'sizes' must be given (non-empty)")
+        return _cast_back(resize_runtime(
+            ctx, x, axes, scales_e, sizes_e, roi_e, mode=mode, coord=coord, nearest_mode=nearest_mode,
+            cubic_a=cubic_a, exclude_outside=exclude_outside, extrapolation_value=extrapolation_value,
+            antialias=antialias, policy=policy, work_dtype=_run_dtype(str(x.ty.dtype), mode)), str(x.ty.dtype))
     scales = const_value(ctx, scales_e, "scales")
     sizes = const_value(ctx, sizes_e, "sizes")
     roi = const_value(ctx, roi_e, "roi") if coord == "tf_crop_and_resize" else None
@@ -363,6 +373,31 @@ def _resize(ctx: ConvertContext, inputs: list, attrs: Attrs):
     return resample(ctx, x, plan, out_shape, extrapolation_value)
 
 
+def _present(expr) -> bool:
+    """An optional input that is given and not an empty tensor."""
+    if expr is None:
+        return False
+    ty = getattr(expr, "ty", None)
+    shape = getattr(ty, "shape", None)
+    return not (shape is not None and hasattr(shape, "values")
+                and any(isinstance(d, tvm.tirx.IntImm) and int(d) == 0 for d in shape.values))
+
+
+def _run_dtype(dtype: str, mode: str) -> str:
+    """The dtype run-time resampling computes in: the input's for nearest (a pure selection)."""
+    return dtype if mode == "nearest" else _work_dtype(dtype)
+
+
+def _cast_back(y: relax.Expr, dtype: str) -> relax.Expr:
+    """``y`` in ``dtype``, integers rounded and saturated like the reference."""
+    if str(y.ty.dtype) == dtype:
+        return y
+    if dtype in _INT_DTYPES:
+        info = np.iinfo(_INT_DTYPES[dtype])
+        y = relax.op.clip(relax.op.round(y), float(info.min), float(info.max))
+    return relax.op.astype(y, dtype)
+
+
 # One entry: the opset-specific differences (10, 11, 13, 18, 19) are handled inside, from ctx.opset.
 @converter("Resize", since=10)
 def resize_converter(ctx: ConvertContext, inputs: list, attrs: Attrs):
@@ -374,6 +409,12 @@ def resize_converter(ctx: ConvertContext, inputs: list, attrs: Attrs):
 
 def _upsample(ctx: ConvertContext, x: relax.Expr, scales, mode: str):
     rank = x.ty.ndim
+    if rv.is_runtime(scales):
+        dtype = str(x.ty.dtype)
+        return _cast_back(resize_runtime(
+            ctx, x, list(range(rank)), scales, None, None, mode=mode, coord="asymmetric", nearest_mode=None,
+            cubic_a=-0.75, exclude_outside=False, extrapolation_value=0.0, antialias=False, policy="stretch",
+            work_dtype=_run_dtype(dtype, mode)), dtype)
     in_shape = _dims(x)
     scales = np.asarray(scales, dtype=np.float64).reshape(-1)
     if scales.size != rank:
@@ -405,7 +446,8 @@ def upsample_7(ctx: ConvertContext, inputs: list, attrs: Attrs):
 @converter("Upsample", since=9)
 def upsample_9(ctx: ConvertContext, inputs: list, attrs: Attrs):
     mode = attrs.reject("mode", lambda v: v in ("nearest", "linear"), "nearest")
-    scales = const_value(ctx, inputs[1] if len(inputs) > 1 else None, "scales")
+    scales = inputs[1] if len(inputs) > 1 else None
+    scales = scales if rv.is_runtime(scales) else const_value(ctx, scales, "scales")
     if scales is None:
         raise ctx.error("input 'scales' is required")
     return _upsample(ctx, inputs[0], scales, mode)

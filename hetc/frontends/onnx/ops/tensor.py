@@ -13,9 +13,10 @@ ignores negative indices; it has no CenterCropPad. hetc's converters:
   input.
 - CenterCropPad: a centred crop (``strided_slice``) or zero pad per axis of ``axes``.
 
-``pads``, ``axes``, ``depth`` and ``shape`` decide the output shape: they must be constants
-(initializers, folded values or inputs frozen with ``constant_inputs=``), else a clear
-ConversionError names the input.
+``pads``, ``axes``, ``depth`` and ``shape`` decide the output shape. Constants (initializers,
+folded values, inputs frozen with ``constant_inputs=``) give static shapes; inputs known only
+at run time give fresh symbolic dims (``pad_dynamic`` for Pad and CenterCropPad, a symbolic
+``depth`` for OneHot).
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .. import runtime_values as rv
 from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
+from .pad_dynamic import center_crop_pad_runtime, pad_runtime
 from .resize import const_value, scalar
 
 
@@ -125,6 +128,12 @@ def _pad(ctx: ConvertContext, inputs: list, attrs: Attrs):
         axes = list(range(rank))
     else:
         inputs = list(inputs) + [None] * 3
+        axes_in = inputs[3] if opset >= 18 else None
+        if rv.is_runtime(inputs[1]) or rv.is_runtime(axes_in):  # widths known at run time only
+            value = _value_scalar(ctx, inputs[2], dtype) if mode == "constant" else None
+            axes = axes_in if rv.is_runtime(axes_in) else list(range(rank)) if axes_in is None else _norm_axes(
+                ctx, const_value(ctx, axes_in, "axes"), rank, "axes")
+            return pad_runtime(ctx, x, inputs[1], axes, mode, value)
         pads = const_value(ctx, inputs[1], "pads")
         if pads is None:
             pads = np.zeros(0, np.int64)
@@ -158,22 +167,33 @@ def _one_hot(ctx: ConvertContext, inputs: list, attrs: Attrs, wrap_negative: boo
         raise ctx.error(f"axis={axis} out of range for indices of rank {rank}")
     if axis < 0:
         axis += rank + 1
-    depth_v = const_value(ctx, depth_e, "depth")
-    if depth_v is None or depth_v.size != 1:
-        raise ctx.error("input 'depth' must hold one value")
-    depth = int(depth_v.reshape(-1)[0])
-    if depth < 0:
-        raise ctx.error(f"input 'depth' must be non-negative, got {depth}")
+    if rv.is_runtime(depth_e):  # known at run time only: a symbolic depth
+        if str(depth_e.ty.dtype).startswith("float"):
+            depth_e = bb.normalize(relax.op.astype(relax.op.floor(depth_e), "int64"))
+        depth = rv.scalar_var(bb, depth_e, "depth")
+    else:
+        depth_v = const_value(ctx, depth_e, "depth")
+        if depth_v is None or depth_v.size != 1:
+            raise ctx.error("input 'depth' must hold one value")
+        depth = int(depth_v.reshape(-1)[0])
+        if depth < 0:
+            raise ctx.error(f"input 'depth' must be non-negative, got {depth}")
     if values.ty.ndim != 1 or _dims(values)[0] != 2:
         raise ctx.error("input 'values' must be [off_value, on_value]")
     idtype = str(indices.ty.dtype)
     idx = indices if idtype == "int64" else bb.normalize(relax.op.astype(indices, "int64"))
+    depth_t = relax.const(depth, "int64") if isinstance(depth, int) else bb.normalize(
+        relax.op.shape_to_tensor(relax.ShapeExpr([depth])))
     if wrap_negative:
         idx = bb.normalize(relax.op.where(relax.op.less(idx, relax.const(0, "int64")),
-                                          relax.op.add(idx, relax.const(depth, "int64")), idx))
+                                          relax.op.add(idx, depth_t), idx))
     idx = bb.normalize(relax.op.expand_dims(idx, axis))
-    targets = np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (rank - axis))
-    hit = bb.normalize(relax.op.equal(idx, relax.const(targets, "int64")))
+    if isinstance(depth, int):
+        targets = relax.const(np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (rank - axis)), "int64")
+    else:
+        ramp = relax.op.arange(0, depth, 1, "int64")
+        targets = bb.normalize(relax.op.reshape(ramp, [depth] + [1] * (rank - axis)))
+    hit = bb.normalize(relax.op.equal(idx, targets))
     off = bb.normalize(relax.op.take(values, relax.const(0, "int64"), axis=0))
     on = bb.normalize(relax.op.take(values, relax.const(1, "int64"), axis=0))
     return relax.op.where(hit, on, off)
@@ -199,6 +219,8 @@ def center_crop_pad(ctx: ConvertContext, inputs: list, attrs: Attrs):
     shape = _dims(x)
     axes_attr = attrs.get("axes", None)
     axes = list(range(rank)) if axes_attr is None else _norm_axes(ctx, axes_attr, rank, "axes")
+    if rv.is_runtime(inputs[1]):
+        return center_crop_pad_runtime(ctx, x, inputs[1], axes)
     target = const_value(ctx, inputs[1], "shape")
     target = np.zeros(0, np.int64) if target is None else target.astype(np.int64).reshape(-1)
     if target.size != len(axes):

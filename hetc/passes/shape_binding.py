@@ -1,0 +1,37 @@
+"""Keep kernel fusion from running a kernel before the symbolic dims it needs are bound.
+
+A shape known only at run time (an ONNX input that is a shape, a count or axes) is bound to
+fresh symbolic dims by a ``match_cast`` inside the graph's dataflow block. TVM 0.27's
+``FuseOps`` tracks tensors but not symbolic dims: it can fuse an op that comes before the
+``match_cast`` with one after it that uses the new dims, and emits the fused kernel at the
+first op's place, before the dims are bound (codegen: "PrimExpr ... has not been computed").
+Functions with such a ``match_cast`` are turned into plain binding blocks
+(``ToNonDataflow``), which ``FuseOps`` leaves alone: their ops run unfused, in order. Other
+functions (static shapes, symbolic input dims) are unchanged.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+
+def binds_dims_in_dataflow(func: relax.Function) -> bool:
+    """True if a dataflow block of ``func`` binds symbolic dims with a ``match_cast``."""
+    body = func.body
+    return isinstance(body, relax.SeqExpr) and any(
+        isinstance(block, relax.DataflowBlock) and any(isinstance(b, relax.MatchCast) for b in block.bindings)
+        for block in body.blocks)
+
+
+@tvm.transform.module_pass(opt_level=0, name="HetcUnfuseRuntimeShapes")
+def unfuse_runtime_shapes_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    targets = [gvar for gvar, func in mod.functions.items()
+               if isinstance(func, relax.Function) and binds_dims_in_dataflow(func)]
+    if not targets:
+        return mod
+    lowered = relax.transform.ToNonDataflow()(tvm.IRModule({gvar: mod[gvar] for gvar in targets}))
+    mod = mod.clone()
+    for gvar in targets:
+        mod.update_func(gvar, lowered[gvar])
+    return mod
