@@ -42,12 +42,48 @@ def _try(rule: Rule, func: tirx.PrimFunc, target, lanes: int, variant: int = 0):
         return None
 
 
+def _symbolic(func: tirx.PrimFunc) -> bool:
+    """A kernel with a symbolic extent (batch, seq, or a run-time value such as Pad's pads)."""
+    for param in func.params:
+        try:
+            shape = param.shape  # a buffer parameter
+        except Exception:  # noqa: BLE001 -- a scalar parameter: a symbolic dim passed in
+            return True
+        if any(not isinstance(d, tirx.IntImm) for d in shape):
+            return True
+    return False
+
+
+def _lowers(func: tirx.PrimFunc, target: tvm.target.Target) -> bool:
+    """Whether TVM's TIR lowering accepts the scheduled ``func`` (no code generation).
+
+    With symbolic extents it sometimes does not: fusing loops whose extents are sums of
+    symbols (``pads0 + pads4 + 1``) makes the iterator-map rewriter abort ("padding factor
+    ... is not divisible") when it later meets the fused index. Checked per kernel, so that
+    one such kernel falls back to the next rule instead of failing the whole build.
+    """
+    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    mod = tvm.tirx.transform.BindTarget(target.with_host(target))(mod)
+    pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(target)
+    try:
+        pipeline(mod)
+    except Exception as err:  # noqa: BLE001 -- TVM raises InternalError and others
+        log.debug("scheduled %s does not lower: %s", (func.attrs or {}).get("global_symbol"), err)
+        return False
+    return True
+
+
 def schedule_func(func: tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> tuple[tirx.PrimFunc, str | None]:
-    """Schedule one PrimFunc with the first rule that takes it."""
+    """Schedule one PrimFunc with the first rule that takes it (and, for a kernel with
+    symbolic extents, whose schedule TVM can lower)."""
+    check = _symbolic(func)
     for rule in RULES:
         sch = _try(rule, func, target, lanes)
-        if sch is not None:
-            return sch.mod["main"].with_attr("hetc.schedule_rule", rule.name), rule.name
+        if sch is None:
+            continue
+        scheduled = sch.mod["main"].with_attr("hetc.schedule_rule", rule.name)
+        if not check or _lowers(scheduled, target):
+            return scheduled, rule.name
     return func, None
 
 
