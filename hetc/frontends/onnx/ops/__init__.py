@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     cast,
     constant,
     cumsum,
+    expand,
     loss,
     math,
     misc,
