@@ -115,8 +115,10 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         if node.op_type in ("Shape", "Size"):
             value = symbolic.shape_value(self._nodes[node.input[0]], attrs.get("start"), attrs.get("end"))
-            if value is None or symbolic.is_static(value):
-                return False  # unknown rank, or static (fold.py's case)
+            if value is None:
+                return False  # unknown rank
+            # static: a constant (the loader's fold.py folds these where ONNX shape inference
+            # knows the shape; where it does not, the Relax shape is still known here)
             if node.op_type == "Size":
                 value = np.array(symbolic.simplify(tvm.tirx.const(1, "int64") * np.prod(value)), object)
             outputs = [value]

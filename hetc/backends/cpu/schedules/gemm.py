@@ -211,12 +211,19 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     jo, ji = sch.split(loops[jvar], [None, tile.vj])
     tile_loops = [jo]
     ii = None
+    panel_major = False
     if rows_axes:
         mloop = sch.fuse(*[loops[it.var] for it in rows_axes]) if len(rows_axes) > 1 else loops[rows_axes[0].var]
         io, ii = sch.split(mloop, [None, tile.rows])
         tile_loops.append(io)
         weight_bytes = math.prod(it.dom for it in reduce) * j.dom * 4 if all(map(_static, reduce + [j])) else None
-        if (packs and weight_bytes is not None and weight_bytes <= SMALL_WEIGHT_BYTES) or not _static(rows_axes[0]):
+        small = packs and weight_bytes is not None and weight_bytes <= SMALL_WEIGHT_BYTES
+        # Symbolic rows (seq) under enough static column panels: panel major as in a static
+        # build (a thread keeps its weight panel in cache while the rows stream), the column
+        # panels parallel and the rows a serial loop inside (not fused: see below).
+        panel_major = (not _static(rows_axes[0]) and _static(j) and not small
+                       and j.dom // tile.vj >= MIN_TASKS)
+        if small or (not _static(rows_axes[0]) and not panel_major):
             tile_loops.reverse()  # (symbolic rows go first: see the parallel loop below)
     outer = [loops[it.var] for it in batch]
     sch.reorder(*outer, *tile_loops, *r_loops, *([ii] if ii is not None else []), ji)
@@ -242,8 +249,10 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     # loops (batch x heads) are the parallel loop instead and the tiles run serially in a task
     # (a parallel region per row of tiles cost 10 ms per kernel on a loaded 2-core machine).
     order = [*outer, *tile_loops]
+    if panel_major:
+        order = order[:-1]  # the symbolic rows loop stays serial inside its panel
     static = [isinstance(sch.get(loop).extent, tirx.IntImm) for loop in order]
-    first = max((k for k, fixed in enumerate(static) if not fixed), default=0)
+    first = max((k + panel_major for k, fixed in enumerate(static) if not fixed), default=0)
     tasks = math.prod(int(sch.get(loop).extent) for loop, fixed in zip(order[first:], static[first:]) if fixed)
     if tasks < MIN_TASKS and outer and first >= len(outer):
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])

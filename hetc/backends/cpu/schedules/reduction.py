@@ -1,7 +1,10 @@
 """Row reductions with their elementwise neighbours (softmax, layer norm, mean): TVM's dlight CPU rule.
 
 dlight's ``cpu.Reduction`` parallelizes the leading spatial axes, computes every block of the
-row under that loop and vectorizes the injective blocks.
+row under that loop and vectorizes the injective blocks. A row of symbolic length (softmax over
+``seq``) keeps its loops whole: dlight would split them by the vector width with a guard on
+the tail, which TVM scalarizes (every element then runs under two conditions: 8x slower than
+the static build on a 12x128x128 softmax); a plain loop of run-time length LLVM vectorizes.
 """
 
 from __future__ import annotations
@@ -12,6 +15,25 @@ from tvm.s_tir.dlight.cpu import Reduction
 from tvm.target import Target
 
 from .common import Rule, normalized
+
+
+def _symbolic_inner(sch, block_rv) -> bool:
+    loops = sch.get_loops(block_rv)
+    return bool(loops) and not isinstance(sch.get(loops[-1]).extent, tirx.IntImm)
+
+
+class _RowReduction(Reduction):
+    """dlight's rule, leaving loops of symbolic extent unsplit (see the module docstring)."""
+
+    @staticmethod
+    def _vectorize_inner(sch, block_rv, vec_lanes):
+        if not _symbolic_inner(sch, block_rv):
+            Reduction._vectorize_inner(sch, block_rv, vec_lanes)
+
+    @staticmethod
+    def _unroll_reduction_inner(sch, block_rv, vec_lanes):
+        if not _symbolic_inner(sch, block_rv):
+            Reduction._unroll_reduction_inner(sch, block_rv, vec_lanes)
 
 
 def _reduces_rows(func: tirx.PrimFunc) -> bool:
@@ -38,7 +60,7 @@ def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
     del lanes
     if not _reduces_rows(func):
         return None
-    result = Reduction().apply(func, target, False)
+    result = _RowReduction().apply(func, target, False)
     if isinstance(result, list):
         result = result[0] if result else None
     return result
