@@ -292,3 +292,37 @@ def test_symbolic_rows_under_many_panels_run_panel_major():
     assert kinds[first_parallel][1], kinds  # the panels: a static extent
     # seq's row tiles: a serial symbolic loop inside the panel loop (batch stays serial outside)
     assert (tirx.ForKind.SERIAL, False) in kinds[first_parallel + 1:], kinds
+
+
+@pytest.mark.parametrize("batch,size", [(1, 32), (3, 16)])
+def test_conv_accumulator_is_a_register_tile(batch, size):
+    """The accumulator of a conv whose rows fuse n x oh x ow lowers to a tile-sized local
+    buffer: splitting the fused rows by the tile left TVM unable to bound its region, so it
+    became the whole output in memory (ResNet-50's stem at batch 8: std::bad_alloc)."""
+    import re
+
+    import tvm
+    from tvm import tirx
+
+    from hetc import api
+    from hetc.backends.cpu.pipeline import pre_schedule_stages
+    from hetc.backends.cpu.schedules import gemm
+    from hetc.targets import parse_targets
+
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["y"], kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Relu", ["y"], ["z"])]
+    model = make(nodes, [tensor("x", [batch, 8, size, size])], [tensor("z", [batch, 32, size, size])],
+                 {"W": _w(32, 8, 3, 3), "B": _w(32)})
+    options, targets = CompileOptions(), parse_targets("cpu")
+    _, mod, _, _ = api._import(model, targets, options, None, None)
+    mod, _ = api.run_pipeline(mod, pre_schedule_stages(options))
+    (func,) = [f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc) and "conv" in gv.name_hint]
+    target = llvm_target(options)
+    lanes = simd_lanes(target)
+    sch = gemm.apply(func, target, lanes)
+    assert sch is not None
+    lowered = tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")})
+    lowered = tvm.tirx.transform.BindTarget(target.with_host(target))(lowered)
+    script = tvm.tirx.get_default_tir_pipeline(target)[0](lowered).script()
+    sizes = [int(n) for n in re.findall(r"alloc_local\(\((?:T\.int64\()?(\d+)", script)]
+    assert sizes and max(sizes) <= 64, sizes  # a few rows x a few vectors, not the output

@@ -213,8 +213,17 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     ii = None
     panel_major = False
     if rows_axes:
-        mloop = sch.fuse(*[loops[it.var] for it in rows_axes]) if len(rows_axes) > 1 else loops[rows_axes[0].var]
-        io, ii = sch.split(mloop, [None, tile.rows])
+        if len(rows_axes) > 1 and all(map(_static, rows_axes)) and rows_axes[-1].dom % tile.rows == 0:
+            # The tile within the innermost row axis (ow): split that axis alone and fuse the
+            # others with its outer part. Splitting the fused n*oh*ow instead puts the tile's
+            # row index under a division by ow, and TVM then cannot bound the accumulator's
+            # region: it stayed the whole output, in memory, not registers (ResNet-50's
+            # 112x112 stem at batch 8: a 12e9-vector "local" buffer, std::bad_alloc).
+            wo, ii = sch.split(loops[rows_axes[-1].var], [None, tile.rows])
+            io = sch.fuse(*[loops[it.var] for it in rows_axes[:-1]], wo)
+        else:
+            mloop = sch.fuse(*[loops[it.var] for it in rows_axes]) if len(rows_axes) > 1 else loops[rows_axes[0].var]
+            io, ii = sch.split(mloop, [None, tile.rows])
         tile_loops.append(io)
         weight_bytes = math.prod(it.dom for it in reduce) * j.dom * 4 if all(map(_static, reduce + [j])) else None
         small = packs and weight_bytes is not None and weight_bytes <= SMALL_WEIGHT_BYTES
