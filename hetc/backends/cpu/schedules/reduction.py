@@ -56,9 +56,31 @@ def _reduces_rows(func: tirx.PrimFunc) -> bool:
     return True
 
 
+def _shares_rows(func: tirx.PrimFunc) -> bool:
+    """Every block starts with the same spatial (row) axes, the ones dlight parallelizes.
+
+    A single row (GPT-2's layer norm when decoding one token) loses its unit axes: the
+    reductions keep an axis of extent 1 and the output block starts with the 768 columns,
+    which dlight would then take for rows, recomputing the whole row's mean and variance
+    for every column (80x slower than the generic rule)."""
+    sch, infos = normalized(func)
+    if not infos:
+        return False
+    leading = []
+    for info in infos:
+        dims = []
+        for it in info.iters:
+            if it.kind != "S":
+                break
+            dims.append(str(it.dom))
+        leading.append(dims)
+    count = min(len(d) for d in leading)
+    return count > 0 and all(d[:count] == leading[0][:count] for d in leading)
+
+
 def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
     del lanes
-    if not _reduces_rows(func):
+    if not _reduces_rows(func) or not _shares_rows(func):
         return None
     result = _RowReduction().apply(func, target, False)
     if isinstance(result, list):
