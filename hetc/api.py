@@ -60,6 +60,14 @@ def _kernel_schedules(mod: tvm.IRModule) -> dict[str, str]:
     return dict(sorted(result.items()))
 
 
+def _tuning_report(mod: tvm.IRModule, options: CompileOptions) -> dict:
+    """What ``--db`` did: tuned vs default kernels, symbolic kernels given a record's schedule
+    (``hetc.tuning.replay``) and records that did not apply."""
+    from .tuning.replay import summary
+
+    return {"database": options.database, **summary(mod)}
+
+
 _SYMBOL = re.compile(r'^(\w+) = TypeVar\("\w+"\)$', re.M)  # how TVMScript declares a symbolic var
 _LAUNCH = re.compile(r'T\.thread_binding\((.+?), thread="((?:blockIdx|threadIdx)\.[xyz])"')
 
@@ -306,6 +314,8 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
     if kernel_dims:
         report["kernel_dims"] = kernel_dims
+    if options.database is not None:
+        report["tuning"] = _tuning_report(mod, options)
     plan = {"solver": solver or ("single-target" if not offloads else "offload-supported"),
             "parts": {"main": tgt.name},
             "nodes": [{"name": n.name, "op": n.op, "device": f"{tgt.device_type}:0"} for n in graph.nodes]}
@@ -370,6 +380,8 @@ def _compile_split(model: ModelSource, targets: list[Target], options: CompileOp
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
     if kernel_dims:
         report["kernel_dims"] = kernel_dims
+    if options.database is not None:
+        report["tuning"] = _tuning_report(mod, options)
     report["placement"] = {"devices": list(placed.devices), "transfers": len(moved),
                            "transfer_bytes": sum(t["bytes"] for t in moved)}
     plan = {"solver": solver or ("given" if placement is not None else "accelerator-first"),

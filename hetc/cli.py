@@ -6,6 +6,7 @@ Every user error is one line on stderr (``hetc: error: ...``) with exit code 2 (
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -38,11 +39,10 @@ def _shapes(specs: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def dim_options(fn):
+def dim_options(fn, plan_help: str = "Size a symbolic dim is costed at for placement and planning "
+                                       "(repeatable, or DIM=SIZE,DIM=SIZE); default: the low end of its range."):
     """--dim and --plan-shape: the ranges of symbolic dims, and the sizes costs assume."""
-    fn = click.option("--plan-shape", "plan_shape", multiple=True, metavar="DIM=SIZE",
-                      help="Size a symbolic dim is costed at for placement and planning (repeatable); "
-                           "default: the low end of its range.")(fn)
+    fn = click.option("--plan-shape", "plan_shape", multiple=True, metavar="DIM=SIZE", help=plan_help)(fn)
     return click.option("--dim", "dims", multiple=True, metavar="DIM=LOW:HIGH",
                         help="Range of a symbolic input dim (repeatable), e.g. batch=1:64; undeclared "
                              "dims get 1:65536. The artifact runs any size in range.")(fn)
@@ -55,9 +55,9 @@ def _dim_ranges(specs: tuple[str, ...]) -> dict[str, tuple[int, int]]:
 
 
 def _plan_shape(specs: tuple[str, ...]) -> dict[str, int]:
-    from .options import parse_plan_shape
+    from .options import parse_plan_shapes
 
-    return _unique("--plan-shape", [parse_plan_shape(s) for s in specs])
+    return parse_plan_shapes(specs)
 
 
 def _gears(specs: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
@@ -107,6 +107,18 @@ def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
             np.savez(f, **arrays)
     except OSError as err:
         raise OutputPathError(f"{path}: cannot write: {err.strerror}") from err
+
+
+def _tuning_line(tuning: dict) -> str:
+    """One line on what ``compile --db`` did (the report's ``tuning``)."""
+    line = f"tuning database: {tuning['tuned']} kernel(s) tuned, {tuning['default']} default"
+    symbolic, fallback = tuning["tuned_symbolic"], tuning["fallback"]
+    if symbolic:
+        shapes = sorted(set(symbolic.values()))
+        line += f"; {len(symbolic)} symbolic kernel(s) use records tuned at {' / '.join(shapes)}"
+    if fallback:
+        line += f"; {len(fallback)} record(s) did not apply, default schedule instead: {', '.join(fallback)}"
+    return line
 
 
 def _stage_table(report: dict) -> Table:
@@ -239,6 +251,8 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
     console.print(f"compiled {compiled.manifest.model} for {','.join(compiled.manifest.targets)}: "
                   f"{graph['nodes']} ops, {graph['flops'] / 1e9:.3f} GFLOP, "
                   f"{time.perf_counter() - start:.1f} s -> {out}")
+    if "tuning" in compiled.report:
+        console.print(_tuning_line(compiled.report["tuning"]), soft_wrap=True)
     if compiled.manifest.dims:
         console.print("symbolic dims: " + ", ".join(f"{name} {low}..{high}"
                                                     for name, (low, high) in compiled.manifest.dims.items()))
@@ -534,17 +548,21 @@ def list_cmd(what: str, opset: int | None) -> None:
 @click.option("--threads", type=click.IntRange(min=0), default=0,
               help="Threads the kernels are measured with (0 = all cores).")
 @arch_option
+@functools.partial(dim_options, plan_help="Size of a symbolic dim to tune at (repeatable, or DIM=SIZE,DIM=SIZE); "
+                                          "required for every symbolic dim. Give compile the same --dim.")
 def tune_cmd(model: Path, target: str, trials: int, database: Path, max_trials_per_task: int, input_shapes,
-             constant_inputs, layout, threads: int, arch: str | None) -> None:
+             constant_inputs, layout, threads: int, arch: str | None, dims, plan_shape) -> None:
     """Auto-tune MODEL's kernels (MetaSchedule, XGBoost cost model) into a database for `compile --db`.
 
-    The kernels are measured on the target's device: `--target cuda` needs an NVIDIA GPU here."""
+    The kernels are measured on the target's device: `--target cuda` needs an NVIDIA GPU here.
+    A model with symbolic dims is tuned at the sizes --plan-shape gives (docs/dynamic-shapes.md)."""
     from .options import parse_arch
     from .tuning import tune
 
     result = tune(model, target=target, trials=trials, database=database, input_shapes=_shapes(input_shapes),
                   max_trials_per_task=max_trials_per_task, layout=layout, num_threads=threads,
-                  constant_inputs=_constants(constant_inputs), arch=parse_arch(arch), progress=console)
+                  constant_inputs=_constants(constant_inputs), arch=parse_arch(arch), dims=_dim_ranges(dims),
+                  plan_shape=_plan_shape(plan_shape), progress=console)
     tasks = len(result.tasks)
     if not result.trials_added:
         console.print(f"{result.model}: the database holds {result.trials} trials for its {tasks} task(s); "
@@ -557,6 +575,11 @@ def tune_cmd(model: Path, target: str, trials: int, database: Path, max_trials_p
                   f"the database; estimated model latency {'-' if latency is None else f'{latency * 1e6:,.1f} us'} "
                   f"({measured} of {tasks} tasks measured); {result.seconds:.0f} s "
                   f"({result.seconds_per_trial:.1f} s/trial) -> {database}", soft_wrap=True)
+    if result.symbolic:
+        won = sum(1 for c in result.symbolic.values() if c["tuned_s"] <= c["default_s"])
+        console.print(f"symbolic kernels: {won} of {len(result.symbolic)} tuned schedules beat the default one "
+                      "on the symbolic kernel (compile --db uses those, the default schedule elsewhere)",
+                      soft_wrap=True)
 
 
 @cli.command("bench")

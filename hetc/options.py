@@ -103,8 +103,21 @@ def parse_plan_shape(spec: str) -> tuple[str, int]:
     """``"seq=128"`` -> ("seq", 128): the size costs and placement assume for a symbolic dim."""
     name, sep, value = spec.partition("=")
     if not sep or not name.strip() or not value.strip().isdigit():
-        raise UsageError(f"invalid --plan-shape {spec!r}; expected NAME=SIZE (e.g. seq=128)")
+        raise UsageError(f"invalid --plan-shape {spec!r}; expected NAME=SIZE[,NAME=SIZE...] (e.g. seq=128)")
     return name.strip(), int(value)
+
+
+def parse_plan_shapes(specs) -> dict[str, int]:
+    """``("batch=4,seq=128", "heads=2")`` -> {"batch": 4, "seq": 128, "heads": 2}: repeated
+    ``--plan-shape`` options, each one size or a comma-separated list; a dim given twice is an error."""
+    sizes: dict[str, int] = {}
+    for spec in specs:
+        for part in spec.split(","):
+            name, size = parse_plan_shape(part)
+            if name in sizes:
+                raise UsageError(f"--plan-shape given twice for '{name}'")
+            sizes[name] = size
+    return sizes
 
 
 def plan_values(dims: dict[str, tuple[int, int]], plan_shape: dict[str, int]) -> dict[str, int]:

@@ -119,6 +119,8 @@ def test_tune_then_compile_with_database(tuned):
     compiled = hetc.compile(model, target="cpu", database=db)
     assert "apply_tuning_database" in [s["stage"] for s in compiled.report["stages"]]
     assert list(compiled.report["kernels"].values()) == ["tuned"]  # the default rules left it alone
+    assert compiled.report["tuning"] == {"database": str(db), "tuned": 1, "default": 0, "tuned_symbolic": {},
+                                         "fallback": {}}
     x = np.random.default_rng(2).normal(size=(16, 64)).astype(np.float32)
     assert_close(compiled.run({"x": x})["z"], ort_run(model, {"x": x})[0])
 

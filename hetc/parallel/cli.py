@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import UsageError
-from ..options import parse_plan_shape
+from ..options import parse_plan_shapes
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 
@@ -78,7 +78,7 @@ def plan_cmd(model: str, mesh: str, batch: int, seq: int | None, training: bool,
         raise UsageError("--zero applies to --training only")
     options = PlanOptions(batch=batch, training=training, zero=zero, efficiency=efficiency, top=top,
                           memory_limit=parse_bytes(memory_limit) if memory_limit is not None else None)
-    sizes = dict(parse_plan_shape(spec) for spec in plan_shape)
+    sizes = parse_plan_shapes(plan_shape)
     search = plan_parallel(load_model(model, seq, sizes), parse_mesh(mesh), options)
     if as_json:
         click.echo(json.dumps(search.to_json(), indent=2))

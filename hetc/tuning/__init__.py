@@ -11,6 +11,9 @@ One concern per module:
 - ``worker``: the functions MetaSchedule's worker processes run
 - ``progress``: the live display, fed by a MetaSchedule measure callback
 - ``database``: the on-disk database: create, lock, repair, validate, apply (``compile --db``)
+- ``specialize``: a symbolic kernel at representative sizes (the tasks of a dynamic model)
+- ``replay``: a record's schedule on the symbolic kernel (``compile --db`` of a dynamic model)
+- ``symbolic_check``: replayed records vs default schedules, measured on the symbolic kernels
 - ``tuner``: ``tune()``, which ties them together
 
 User documentation: docs/tuning.md.

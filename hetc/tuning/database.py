@@ -2,7 +2,9 @@
 
 Layout of a database directory::
 
-    hetc-tuning.json              marker and metadata: format version, target, hetc/TVM versions, runs
+    hetc-tuning.json              marker and metadata: format version, target, hetc/TVM versions, runs,
+                                  the sizes dynamic models were tuned at (``shapes``) and their
+                                  symbolic kernels' measurements (``symbolic``, ``symbolic_check``)
     database_workload.json        MetaSchedule JSONDatabase: one workload (a PrimFunc) per line
     database_tuning_record.json   MetaSchedule JSONDatabase: one measured schedule (trial) per line
     defaults_workload.json        the same, for the backend's default schedules measured before
@@ -276,6 +278,12 @@ class OpenDatabase:
         found = [s for s in found if s is not None]
         return min(found) if found else None
 
+    def best_record(self, workload: ms.database.Workload) -> ms.database.TuningRecord | None:
+        """The fastest record of a (search) workload over the search's and the defaults' records."""
+        found = [r for db, w in ((self.db, workload), (self.defaults, self._default_workload(workload)))
+                 if w is not None for r in db.get_top_k(w, 1) if mean_seconds(r.run_secs) is not None]
+        return min(found, key=lambda r: mean_seconds(r.run_secs), default=None)
+
     def _default_workload(self, workload: ms.database.Workload) -> ms.database.Workload | None:
         """The defaults database's own handle of ``workload`` (None if it has no records of it)."""
         return self.defaults.commit_workload(workload.mod) if self.defaults.has_workload(workload.mod) else None
@@ -383,6 +391,19 @@ def tuned_functions(mod: tvm.IRModule) -> list[str]:
                   and bool(func.attrs.get("tirx.is_scheduled", False)))
 
 
+def record_shape(meta: dict, sizes: dict[str, int]) -> None:
+    """Remember that a run tuned a dynamic model at ``sizes`` ({"batch": 4}); the newest last."""
+    shapes = [s for s in meta.get("shapes", []) if s != sizes]
+    meta["shapes"] = [*shapes, dict(sizes)]
+
+
+def tuned_shapes(meta: dict) -> list[dict[str, int]]:
+    """The sizes dynamic models were tuned at, newest first: the order ``compile --db`` tries
+    them in for a symbolic kernel."""
+    return [{str(k): int(v) for k, v in s.items()} for s in reversed(meta.get("shapes", []))
+            if isinstance(s, dict)]
+
+
 def apply_database_pass(path: str | os.PathLike, target: tvm.target.Target) -> tvm.transform.Pass:
     """A pass that gives every PrimFunc with a record in the database at ``path`` its best schedule.
 
@@ -391,20 +412,31 @@ def apply_database_pass(path: str | os.PathLike, target: tvm.target.Target) -> t
     beyond repair raises ``UsageError``. TVM marks the PrimFuncs it gives a record's schedule
     ``tirx.is_scheduled``; this pass also marks them ``tir.is_scheduled``, the attribute hetc's
     default schedules (which run afterwards) skip. The other PrimFuncs keep their default schedule.
+
+    Symbolic kernels (CPU) get the record of their specialisation at the sizes the database
+    was tuned at (``hetc.tuning.replay``), or keep their default schedule where it does not apply.
     """
+    from .replay import apply_records
+
     db, _ = load_best(path, target)
+    meta = read_metadata(Path(path), target)
+    shapes = tuned_shapes(meta) if target.kind.name == "llvm" else []
 
     @tvm.transform.module_pass(opt_level=0, name="HetcApplyTuningDatabase")
     def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         already = set(tuned_functions(mod))
         with target, db:
             mod = tvm.relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+        replayed, failed = apply_records(mod, db, shapes, target, meta.get("symbolic")) if shapes else ({}, {})
         applied = [name for name in tuned_functions(mod) if name not in already]
         for name in applied:
             gv = mod.get_global_var(name)
             mod[gv] = mod[gv].with_attr("tir.is_scheduled", True)
         log.info("tuning database %s: tuned schedules for %d PrimFunc(s): %s", path, len(applied),
                  ", ".join(applied) or "-")
+        if replayed or failed:
+            log.info("tuning database %s: %d symbolic kernel(s) replayed a record, %d record(s) did not apply: %s",
+                     path, len(replayed), len(failed), ", ".join(failed) or "-")
         return mod
 
     return apply

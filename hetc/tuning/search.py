@@ -225,26 +225,11 @@ class Search:
             found = default_schedules(func, self.target, stop) if default_schedules and stop > start else []
             jobs += [(i, sch) for _, sch in found[start:stop]]
         best: list[float | None] = [None] * len(tasks)
-        if not jobs:
-            return best
-        built = self.builder.build([ms.builder.BuilderInput(sch.mod, self.target) for _, sch in jobs])
-        ready = []
-        for (i, sch), result in zip(jobs, built):
-            if result.error_msg:
-                log.warning("a default schedule of %s did not build: %s", tasks[i].name, result.error_msg)
+        measured = self.measure([(sch.mod, sch.mod) for _, sch in jobs], [tasks[i].name for i, _ in jobs])
+        for (i, sch), found in zip(jobs, measured):
+            if found is None:
                 continue
-            ready.append((i, sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True),
-                          result.artifact_path))
-        device = {"llvm": "cpu"}.get(self.target.kind.name, self.target.kind.name)
-        futures = self.runner.run([ms.runner.RunnerInput(path, device, args) for _, _, args, path in ready])
-        for (i, sch, args, path), future in zip(ready, futures):
-            result = future.result()
-            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
-            if result.error_msg or not result.run_secs:
-                log.warning("a default schedule of %s failed to run: %s", tasks[i].name,
-                            (result.error_msg or "no timing").strip().splitlines()[-1])
-                continue
-            run_secs = [float(x) for x in result.run_secs]
+            run_secs, args = found
             workload = self.database.defaults.commit_workload(tasks[i].mod)
             self.database.defaults.commit_tuning_record(
                 ms.database.TuningRecord(sch.trace, workload, run_secs, self.target, args))
@@ -252,6 +237,32 @@ class Search:
             if mean is not None:
                 best[i] = mean if best[i] is None else min(best[i], mean)
         return best
+
+    def measure(self, jobs: list[tuple[tvm.IRModule, tvm.IRModule]], names: list[str]) -> list:
+        """Build and run scheduled kernels: per job (the module built, a module with the same
+        parameters and static shapes, for the arguments: itself, or a symbolic kernel's
+        specialisation), ``(run_secs, args_info)`` or None where it did not build or run."""
+        results: list = [None] * len(jobs)
+        if not jobs:
+            return results
+        built = self.builder.build([ms.builder.BuilderInput(mod, self.target) for mod, _ in jobs])
+        ready = []
+        for k, ((_, shapes), result) in enumerate(zip(jobs, built)):
+            if result.error_msg:
+                log.warning("a schedule of %s did not build: %s", names[k], result.error_msg)
+                continue
+            ready.append((k, ms.arg_info.ArgInfo.from_entry_func(shapes, remove_preproc=True), result.artifact_path))
+        device = {"llvm": "cpu"}.get(self.target.kind.name, self.target.kind.name)
+        futures = self.runner.run([ms.runner.RunnerInput(path, device, args) for _, args, path in ready])
+        for (k, args, path), future in zip(ready, futures):
+            result = future.result()
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+            if result.error_msg or not result.run_secs:
+                log.warning("a schedule of %s failed to run: %s", names[k],
+                            (result.error_msg or "no timing").strip().splitlines()[-1])
+                continue
+            results[k] = ([float(x) for x in result.run_secs], args)
+        return results
 
     def tune(self, index: int, task: Task, trials: int) -> None:
         """Spend ``trials`` new trials on ``task`` (task ``index`` of the progress display)."""

@@ -14,15 +14,18 @@ a tuning database: its pre-schedule stages and its TVM target).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 from ..errors import UsageError
 from ..options import CompileOptions
 from ..passes.pipeline import Stage
+from .specialize import symbolic_dims
+from .specialize import workload as specialized_workload
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class Task:
     flops: float  # per call
     elements: int  # elements of all buffer parameters (read + written) per call
     mod: tvm.IRModule  # the workload MetaSchedule tunes and the database is keyed by
+    symbolic: tvm.tirx.PrimFunc | None = None  # a dynamic model's kernel that ``mod`` specialises
 
     @property
     def cost(self) -> float:
@@ -102,15 +106,29 @@ def _flops(mod: tvm.IRModule) -> float:
         return 0.0
 
 
-def extract(mod: tvm.IRModule, target: tvm.target.Target) -> list[Task]:
-    """The tasks of a fused module, most expensive first (already-scheduled PrimFuncs are left out)."""
-    tasks = []
+def extract(mod: tvm.IRModule, target: tvm.target.Target, sizes: Mapping[str, int] | None = None) -> list[Task]:
+    """The tasks of a fused module, most expensive first (already-scheduled PrimFuncs are left out).
+
+    A model with symbolic dims is tuned at representative ``sizes`` ({"batch": 4}): each
+    symbolic kernel becomes its specialisation at those sizes (``specialize.workload``), kernels
+    with the same specialisation one task; kernels that take a dim ``sizes`` does not give
+    (a value known only at run time) are left out.
+    """
+    tasks: list[Task] = []
     for extracted in ms.relax_integration.extract_tasks(mod, target, module_equality="structural"):
         workload = extracted.dispatched[0]
         func = next(iter(workload.functions.values()))
         if func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False)):
             continue
+        if sizes is not None and symbolic_dims(func):
+            workload = specialized_workload(func, sizes)
+            if workload is None:
+                continue
+            same = next((t for t in tasks if tvm_ffi.structural_equal(t.mod, workload)), None)
+            if same is not None:
+                same.weight += int(extracted.weight)
+                continue
         tasks.append(Task(extracted.task_name, int(extracted.weight), _flops(workload), _elements(workload),
-                          workload))
+                          workload, func if sizes is not None and symbolic_dims(func) else None))
     tasks.sort(key=lambda t: -t.cost)
     return tasks

@@ -55,6 +55,9 @@ class TuneResult:
     tasks: list[TaskResult] = field(default_factory=list)
     seconds: float = 0.0
     repaired: str = ""  # what opening the database repaired, if anything
+    # a dynamic model's symbolic kernels: {task: {"tuned_s", "default_s"}}, the best record replayed
+    # on the symbolic kernel vs its default schedule at the tuning sizes (``symbolic_check``)
+    symbolic: dict[str, dict] = field(default_factory=dict)
 
     @property
     def trials_added(self) -> int:
@@ -100,16 +103,22 @@ def tune(
     base_dir: str | os.PathLike | None = None,
     constant_inputs: Mapping[str, np.ndarray] | None = None,
     arch: Sequence[str] = (),
+    dims: Mapping[str, Sequence[int]] | None = None,
+    plan_shape: Mapping[str, int] | None = None,
     progress: bool | Console = True,
 ) -> TuneResult:
     """Tune ``model``'s kernels for ``target`` with MetaSchedule; records go to ``database``.
 
     ``trials`` is the total for the model: trials the database already holds for its tasks
     count, so running again with the same ``database`` resumes and a larger ``trials`` tops it
-    up. Each task gets at most ``max_trials_per_task``. ``input_shapes``, ``layout`` and
-    ``constant_inputs`` must be the ones later given to ``hetc.compile``: they change the
-    kernels, and records only apply to identical kernels. ``progress`` prints a live table on
-    a terminal and one line per task otherwise (``False``: silent; a rich ``Console``: print there).
+    up. Each task gets at most ``max_trials_per_task``. ``input_shapes``, ``layout``,
+    ``constant_inputs`` and ``dims`` must be the ones later given to ``hetc.compile``: they
+    change the kernels, and records only apply to identical kernels. A model with symbolic dims
+    is tuned at the representative sizes ``plan_shape`` ({"batch": 4}, one per symbolic dim):
+    its kernels are measured specialised to them, the sizes are stored in the database, and
+    ``compile`` gives the symbolic kernels those records' schedules (docs/dynamic-shapes.md).
+    ``progress`` prints a live table on a terminal and one line per task otherwise (``False``:
+    silent; a rich ``Console``: print there).
     """
     from ..api import _check_supported
     from ..frontends.onnx import load_model, to_relax
@@ -120,6 +129,7 @@ def tune(
     from .budget import allocate, remaining
     from .progress import TaskProgress, TuningProgress
     from .search import Search, StopRequest, host_tensor_intrinsics, metaschedule_log
+    from .symbolic_check import measure_symbolic
     from .tasks import extract, tuning_support
 
     _check_counts(trials, max_trials_per_task)
@@ -133,25 +143,30 @@ def tune(
     tgt = targets[0]
     support = tuning_support(tgt.name)
     options = CompileOptions((tgt.name,), {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout,
-                             num_threads, arch=tuple(arch))
+                             num_threads, arch=tuple(arch),
+                             dims={k: (int(v[0]), int(v[1])) for k, v in (dims or {}).items()},
+                             plan_shape={k: int(v) for k, v in (plan_shape or {}).items()})
     if support.require_device is not None:
         support.require_device()  # every candidate is measured on the device: fail before any work
     console = progress if isinstance(progress, Console) else (Console(highlight=False) if progress else None)
     start = time.perf_counter()
 
     with filtered_stderr():
-        loaded = load_model(model, options.input_shapes, base_dir, constant_inputs)
-        loaded.require_static("hetc tune (tuning measures kernels at one representative shape)")
+        loaded = load_model(model, options.input_shapes, base_dir, constant_inputs, options.dims)
+        sizes = tuning_sizes(loaded, options.plan_shape)
         mod = to_relax(loaded)
         _check_supported(build_opgraph(mod, targets), tgt)
         mod, _ = run_pipeline(mod, support.pre_schedule_stages(options))
     tvm_target = support.tvm_target(options)
-    tasks = extract(mod, tvm_target)
+    tasks = extract(mod, tvm_target, sizes)
     result = TuneResult(Path(loaded.name).name, tgt.name, str(db_path), int(trials), int(max_trials_per_task))
 
     with dbm.open_for_tuning(db_path, tvm_target) as db, host_tensor_intrinsics(), \
             metaschedule_log(db_path / dbm.LOG_DIR) as ms_logger:
         result.repaired = db.repaired.describe()
+        if sizes:
+            dbm.record_shape(db.meta, sizes)
+            db.save_metadata()  # before any record: a killed run's records stay usable
         workloads = [db.db.commit_workload(t.mod) for t in tasks]
         before = db.trial_counts(workloads)
         stop = StopRequest(lambda: shown.note("stopping after the round in flight, keeping its trials "
@@ -175,7 +190,7 @@ def tune(
         search.progress = shown
         run = {"model": result.model, "started": datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds"), "trials_requested": int(trials), "max_trials_per_task": int(max_trials_per_task),
-            "complete": False}
+            "complete": False, **({"shape": sizes} if sizes else {})}
         try:
             shown.begin()
             if any(budgets):
@@ -195,6 +210,11 @@ def tune(
                             search.tune(i, task, n - extra)
                         else:
                             shown.task_finished(i)
+            if sizes and tvm_target.kind.name == "llvm" and (any(budgets) or _unchecked(tasks, db.meta)):
+                checked = measure_symbolic(tasks, db, search, support.default_schedules, sizes)
+                db.meta.setdefault("symbolic", {}).update(checked)
+                result.symbolic = {c["task"]: {"tuned_s": c["tuned_s"], "default_s": c["default_s"]}
+                                   for c in checked.values()}
             run["complete"] = True
         finally:
             shown.end()
@@ -208,6 +228,35 @@ def tune(
     return result
 
 
+def _unchecked(tasks, meta: dict) -> bool:
+    """Whether a symbolic task has no ``symbolic_check`` measurement in the database yet."""
+    from .symbolic_check import workload_key
+
+    done = meta.get("symbolic", {})
+    return any(t.symbolic is not None and workload_key(t.mod) not in done for t in tasks)
+
+
+def tuning_sizes(loaded, plan_shape: Mapping[str, int]) -> dict[str, int] | None:
+    """The sizes a model's symbolic dims are tuned at (None for a static model): one per dim,
+    from ``--plan-shape``, or a UsageError naming the dims to give."""
+    unknown = sorted(set(plan_shape) - set(loaded.dims))
+    if unknown:
+        raise UsageError(f"--plan-shape {', '.join(unknown)}: {Path(loaded.name).name} has no such symbolic dim "
+                         f"(its symbolic dims: {', '.join(loaded.dims) or 'none'})")
+    if not loaded.dims:
+        return None
+    missing = [name for name in loaded.dims if name not in plan_shape]
+    if missing:
+        example = ",".join(f"{name}=SIZE" for name in missing)
+        raise UsageError(f"{Path(loaded.name).name} has symbolic dims {', '.join(loaded.dims)}: give the "
+                         f"sizes to tune at with --plan-shape {example} (API: plan_shape=), or bind them "
+                         "with --input-shape")
+    for name, (low, high) in loaded.dims.items():
+        if not low <= plan_shape[name] <= high:
+            raise UsageError(f"--plan-shape {name}={plan_shape[name]} is outside the dim's range {low}..{high}")
+    return {name: int(plan_shape[name]) for name in loaded.dims}
+
+
 ASSUMED_FLOPS = 5e10  # FLOP/s (or elements/s) for a task whose default could not be measured
 
 
@@ -218,4 +267,4 @@ def _cost(task, best_seconds: float | None) -> float:
     return task.cost / ASSUMED_FLOPS
 
 
-__all__ = ["DEFAULT_MAX_TRIALS_PER_TASK", "TaskResult", "TuneResult", "tune"]
+__all__ = ["DEFAULT_MAX_TRIALS_PER_TASK", "TaskResult", "TuneResult", "tune", "tuning_sizes"]

@@ -54,8 +54,9 @@ def _symbolic(func: tirx.PrimFunc) -> bool:
     return False
 
 
-def _lowers(func: tirx.PrimFunc, target: tvm.target.Target) -> bool:
-    """Whether TVM's TIR lowering accepts the scheduled ``func`` (no code generation).
+def lowered(func: tirx.PrimFunc, target: tvm.target.Target) -> tvm.IRModule | None:
+    """The scheduled ``func`` through TVM's TIR lowering (no code generation); None when TVM
+    does not accept it.
 
     With symbolic extents it sometimes does not: fusing loops whose extents are sums of
     symbols (``pads0 + pads4 + 1``) makes the iterator-map rewriter abort ("padding factor
@@ -66,11 +67,15 @@ def _lowers(func: tirx.PrimFunc, target: tvm.target.Target) -> bool:
     mod = tvm.tirx.transform.BindTarget(target.with_host(target))(mod)
     pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(target)
     try:
-        pipeline(mod)
+        return pipeline(mod)
     except Exception as err:  # noqa: BLE001 -- TVM raises InternalError and others
         log.debug("scheduled %s does not lower: %s", (func.attrs or {}).get("global_symbol"), err)
-        return False
-    return True
+        return None
+
+
+def lowers(func: tirx.PrimFunc, target: tvm.target.Target) -> bool:
+    """Whether TVM's TIR lowering accepts the scheduled ``func`` (``lowered``)."""
+    return lowered(func, target) is not None
 
 
 def schedule_func(func: tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> tuple[tirx.PrimFunc, str | None]:
@@ -82,7 +87,7 @@ def schedule_func(func: tirx.PrimFunc, target: tvm.target.Target, lanes: int) ->
         if sch is None:
             continue
         scheduled = sch.mod["main"].with_attr("hetc.schedule_rule", rule.name)
-        if not check or _lowers(scheduled, target):
+        if not check or lowers(scheduled, target):
             return scheduled, rule.name
     return func, None
 
