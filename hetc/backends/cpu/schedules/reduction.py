@@ -63,7 +63,7 @@ def _shares_rows(func: tirx.PrimFunc) -> bool:
     reductions keep an axis of extent 1 and the output block starts with the 768 columns,
     which dlight would then take for rows, recomputing the whole row's mean and variance
     for every column (80x slower than the generic rule)."""
-    sch, infos = normalized(func)
+    _, infos = normalized(func)
     if not infos:
         return False
     leading = []

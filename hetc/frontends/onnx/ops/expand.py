@@ -3,8 +3,8 @@
 TVM's converter compares the target with the input's shape as Python lists of PrimExprs
 (``target_shape == data_shape``), which raises when a dim is a symbolic expression or
 when the two lists mix ``IntImm`` and ``int`` (an exported BERT built for batch 1 fails so).
-This one broadcasts per ONNX (numpy rules) with dims compared by TVM's arithmetic analyzer; constant and
-run-time shapes are left to TVM's converter.
+This one broadcasts per ONNX (numpy rules) with dims compared by TVM's arithmetic analyzer;
+constant and run-time shapes are left to TVM's converter.
 """
 
 from __future__ import annotations
