@@ -15,6 +15,21 @@ def last_line(err: BaseException) -> str:
     return lines[-1] if lines else type(err).__name__
 
 
+# Starts the message of a check the compiled model makes at run time (a run-time value that is
+# out of range); the message ends at " |". The runtime turns such a failure into an InputError.
+RUNTIME_CHECK = "hetc run-time check failed: "
+
+
+def runtime_check_message(err: BaseException) -> str | None:
+    """The message of a failed run-time check in ``err`` (a VM error), or None."""
+    text = str(err)
+    start = text.find(RUNTIME_CHECK)
+    if start < 0:
+        return None
+    end = text.find(" |", start)
+    return text[start + len(RUNTIME_CHECK):end if end >= 0 else None].strip()
+
+
 class HetcError(Exception):
     """Base class: a problem the user can act on. ``exit_code`` is what the CLI returns."""
 

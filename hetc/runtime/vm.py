@@ -17,7 +17,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..errors import DeviceError
+from ..errors import DeviceError, InputError, runtime_check_message
 from ..native_log import filtered_stderr
 from ..options import default_threads
 
@@ -69,7 +69,13 @@ class VMRunner:
             self.first = devices[0]
         inputs = [a if isinstance(a, tvm.runtime.Tensor) else
                   tvm.runtime.tensor(np.require(a, requirements="C"), self.first) for a in args]
-        return _tensors(self.vm["main"](*inputs))
+        try:
+            return _tensors(self.vm["main"](*inputs))
+        except Exception as err:  # noqa: BLE001 - TVM raises its own error classes
+            message = runtime_check_message(err)
+            if message is None:
+                raise
+            raise InputError(message) from None  # a run-time value the model rejects
 
 
 def _tensors(value) -> list:

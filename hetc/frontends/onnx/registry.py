@@ -70,8 +70,13 @@ class ConvertContext:
     opset: int
     num_outputs: int
 
+    @property
+    def label(self) -> str:
+        """``node 'name' (OpType)``, how messages name the node."""
+        return f"node '{self.node}' ({self.op_type})"
+
     def error(self, message: str) -> ConversionError:
-        return ConversionError(f"node '{self.node}' ({self.op_type}): {message}")
+        return ConversionError(f"{self.label}: {message}")
 
 
 ConverterFn = Callable[[ConvertContext, list, Attrs], Any]

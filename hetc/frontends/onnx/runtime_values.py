@@ -10,14 +10,20 @@ every later shape is an expression of them, as with symbolic input dims.
 - ``shape_vars(bb, tensor, prefix)``: an int vector of static length -> one fresh var per element.
 - ``scalar_var(bb, tensor, prefix)``: a one-element int tensor -> one fresh var.
 - ``fit(bb, expr, prefix)``: a tensor whose shape is unknown -> the same tensor with fresh dims.
-- ``per_axis(bb, axis, rank, build)``: an op along an axis named at run time (same output shape
-  for every axis).
+- ``per_axis(bb, axis, rank, build, candidates, label)``: an op along an axis named at run time.
+- ``checked(bb, value, ok, message)``: ``value``, once the run has found ``ok`` true; else the
+  run stops with ``message`` (a run-time value out of range, as ``InputError`` in the runtime).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
+
+from ...errors import RUNTIME_CHECK
+from .shapes import dims
 
 
 def is_runtime(expr: relax.Expr | None) -> bool:
@@ -64,24 +70,85 @@ def fit(bb: relax.BlockBuilder, expr: relax.Expr, prefix: str) -> relax.Expr:
     return bb.match_cast(_bound(bb, expr), relax.TensorType(fresh(prefix, ty.ndim), ty.dtype))
 
 
-def per_axis(bb: relax.BlockBuilder, axis: relax.Expr, rank: int, build, candidates=None) -> relax.Expr:
-    """``build(a)`` for the axis ``a`` a run-time scalar names (negative wraps), when every axis
-    gives the same output shape (CumSum, CumProd, DFT): each of the ``candidates`` axes (default:
-    all) is computed and ``where`` picks one."""
-    import numpy as np
-
+def per_axis(bb: relax.BlockBuilder, axis: relax.Expr, rank: int, build, candidates=None,
+             label: str = "") -> relax.Expr:
+    """``build(a)`` for the axis ``a`` a run-time scalar names (negative wraps): each of the
+    ``candidates`` axes (default: all) is computed and ``where`` picks one (CumSum, CumProd, DFT).
+    Outputs whose shapes differ (a one-sided DFT) are zero-padded to a common static shape,
+    picked, and cut to the picked one's shape, whose differing dims are fresh symbolic dims. An
+    axis outside the candidates stops the run with an error that starts with ``label``."""
     candidates = list(range(rank)) if candidates is None else list(candidates)
-
     axis = bb.normalize(relax.op.reshape(axis, []))
     if str(axis.ty.dtype) != "int64":
         axis = bb.normalize(relax.op.astype(axis, "int64"))
-    axis = bb.normalize(relax.op.where(relax.op.less(axis, relax.const(0, "int64")),
-                                       relax.op.add(axis, relax.const(rank, "int64")), axis))
-    out = bb.normalize(build(candidates[-1]))
-    for a in reversed(candidates[:-1]):
-        pick = relax.op.equal(axis, relax.const(np.int64(a), "int64"))
-        out = bb.normalize(relax.op.where(pick, bb.normalize(build(a)), out))
-    return out
+    axis = bb.normalize(relax.op.where(relax.op.less(axis, _i64(0)), relax.op.add(axis, _i64(rank)), axis))
+    named = [bb.normalize(relax.op.equal(axis, _i64(a))) for a in candidates]
+    ok = named[0]
+    for pick in named[1:]:
+        ok = bb.normalize(relax.op.logical_or(ok, pick))
+    allowed = ", ".join(str(a) for a in candidates)
+    axis = checked(bb, axis, ok, f"{label}: the run-time axis must be one of {allowed} "
+                                 f"(negative: counted from the end of rank {rank})")
+    named = [bb.normalize(relax.op.equal(axis, _i64(a))) for a in candidates]  # of the checked axis
+    outs = [bb.normalize(build(a)) for a in candidates]
+    shapes = [dims(o) for o in outs]
+    differ = [d for d in range(len(shapes[0])) if any(not _same(s[d], shapes[0][d]) for s in shapes)]
+    if differ:
+        if not all(isinstance(s[d], int) for s in shapes for d in differ):
+            raise ValueError(f"the dims a run-time axis changes must be static, got {shapes}")
+        full = [max(s[d] for s in shapes) if d in differ else shapes[0][d] for d in range(len(shapes[0]))]
+        outs = [_pad_end(bb, o, full) for o in outs]
+    out, sizes = outs[-1], _i64([shapes[-1][d] for d in differ])
+    for pick, o, shape in reversed(list(zip(named[:-1], outs[:-1], shapes[:-1]))):
+        out = bb.normalize(relax.op.where(pick, o, out))
+        if differ:
+            sizes = bb.normalize(relax.op.where(pick, _i64([shape[d] for d in differ]), sizes))
+    if not differ:
+        return out
+    values = shape_vars(bb, sizes, "axis_dim")
+    return relax.op.strided_slice(out, differ, [0] * len(differ), values, assume_inbound=True)
+
+
+def checked(bb: relax.BlockBuilder, value: relax.Expr, ok: relax.Expr, message: str) -> relax.Expr:
+    """``value`` as the run passes it on once the boolean tensor ``ok`` is all true; otherwise
+    the run stops with ``message``. Checks a run-time value before it is used (bound to a dim,
+    divided by): the VM's ``match_shape`` asserts the flag with ``message`` as its context, and
+    the check travels in a tuple with ``value`` so that no pass drops it as unused."""
+    flag = bb.normalize(relax.op.astype(ok, "int64"))
+    if flag.ty.ndim:
+        flag = bb.normalize(relax.op.min(flag))
+    flag = bb.normalize(relax.op.reshape(flag, [1]))
+    shape = bb.emit(relax.op.call_pure_packed("vm.builtin.tensor_to_shape", flag,
+                                              ty_args=relax.ShapeType(ndim=1)))
+    one = tirx.IntImm("int64", 1)
+    assert_equal_to_imm = tirx.IntImm("int64", 0)  # MatchShapeCode::kAssertEqualToImm
+    check = bb.emit(relax.op.call_pure_packed(
+        "vm.builtin.match_shape", shape, bb.emit(relax.op.null_value()), one, assert_equal_to_imm, one,
+        tvm.ir.StringImm(f"{RUNTIME_CHECK}{message} |"), ty_args=relax.ObjectType()))
+    value = _bound(bb, bb.normalize(value))
+    pair = bb.emit(relax.op.call_pure_packed("vm.builtin.make_tuple", value, check,
+                                             ty_args=relax.TupleType([value.ty, relax.ObjectType()])))
+    return bb.emit(relax.op.call_pure_packed("vm.builtin.tuple_getitem", pair, tirx.IntImm("int64", 0),
+                                             ty_args=value.ty))
+
+
+def _i64(value) -> relax.Expr:
+    return relax.const(np.asarray(value, np.int64), "int64")
+
+
+def _same(a, b) -> bool:
+    """Two dims (ints or PrimExprs) are the same dim."""
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    return bool(tvm_ffi.structural_equal(a, b))
+
+
+def _pad_end(bb: relax.BlockBuilder, x: relax.Expr, full: list) -> relax.Expr:
+    """``x`` zero-padded at the end of each dim to the static ``full`` shape."""
+    width = []
+    for have, want in zip(dims(x), full):
+        width += [0, want - have if isinstance(have, int) else 0]
+    return x if not any(width) else bb.normalize(relax.op.nn.pad(x, width))
 
 
 def _bound(bb: relax.BlockBuilder, expr: relax.Expr) -> relax.Expr:

@@ -29,4 +29,4 @@ def cumsum(ctx: ConvertContext, inputs: list, attrs: Attrs):
         y = ctx.bb.normalize(relax.op.cumsum(y, axis=a, exclusive=bool(exclusive)))
         return relax.op.flip(y, a) if reverse else y
 
-    return rv.per_axis(ctx.bb, axis, rank, along)
+    return rv.per_axis(ctx.bb, axis, rank, along, label=ctx.label)

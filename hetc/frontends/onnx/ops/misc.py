@@ -12,13 +12,15 @@ All follow ``onnx.reference``:
 - ``Det`` (22): closed forms for 1x1, 2x2 and 3x3 matrices (batched); larger ones are
   rejected.
 - ``HannWindow``/``HammingWindow``/``BlackmanWindow``/``MelWeightMatrix`` (17): the outputs
-  depend only on scalar inputs, which must be constants; they are computed as the reference
-  does and emitted as constants.
+  depend only on scalar inputs; constant ones are computed as the reference does and emitted
+  as constants, run-time ones computed by the graph (``_window_runtime``, ``mel_dynamic``).
 - ``DFT`` (17, 20) is a matmul with cos/sin matrices along the signal axis (zero padding or
   truncation to ``dft_length``, ``onesided``, ``inverse``, irfft for ``inverse`` +
-  ``onesided``); ``dft_length`` and ``axis`` inputs must be constants. float16/bfloat16 are
-  computed in float32. ``STFT`` (17) gathers frames, multiplies the window, then runs the
-  same DFT along the frame axis.
+  ``onesided``); a ``dft_length`` input must be a constant. float16/bfloat16 are
+  computed in float32. A run-time ``axis`` computes every axis and picks one
+  (``runtime_values.per_axis``). ``STFT`` (17) gathers frames, multiplies the window, then runs
+  the same DFT along the frame axis; ``frame_step``/``frame_length`` may be run-time values
+  (``stft_dynamic``).
 - ``Col2Im`` (18): a scatter-add of every (block offset, block) column into the flattened
   image, with positions that fall in the padding sent to a discarded slot.
   Run-time ``image_shape``/``block_shape``: ``col2im_dynamic``.
@@ -36,6 +38,8 @@ from ..registry import Attrs, ConvertContext, converter
 from ..shapes import dims
 from ..shapes import static_dims as _dims
 from .col2im_dynamic import col2im_runtime
+from .mel_dynamic import mel_runtime
+from .stft_dynamic import dft_runtime_length, stft_frames
 
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -121,7 +125,7 @@ def cumprod(ctx: ConvertContext, inputs: list, attrs: Attrs):
     if rank == 0:
         return x
     if rv.is_runtime(axis_in):  # an axis known at run time: every axis computed, one picked
-        return rv.per_axis(ctx.bb, axis_in, rank, along)
+        return rv.per_axis(ctx.bb, axis_in, rank, along, label=ctx.label)
     axis_arr = _const_array(ctx, axis_in, "axis").reshape(-1)
     if axis_arr.size != 1:
         raise ctx.error("input axis must be a scalar")
@@ -294,6 +298,8 @@ converter("BlackmanWindow", since=17)(_window("blackman"))
 @converter("MelWeightMatrix", since=17)
 def mel_weight_matrix(ctx: ConvertContext, inputs: list, attrs: Attrs):
     dtype = _onnx_dtype(ctx, attrs.get("output_datatype", 1), "output_datatype")
+    if any(rv.is_runtime(v) for v in inputs):
+        return mel_runtime(ctx, inputs, dtype)
     names = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
     vals = [_const_array(ctx, v, n).reshape(-1)[0] for v, n in zip(inputs, names)]
     num_mel_bins, dft_length, sample_rate = (int(v) for v in vals[:3])
@@ -386,8 +392,7 @@ def _dft(ctx: ConvertContext, x: relax.Expr, length: int | None, axis: int, inve
     axis %= rank
     if axis == rank - 1:
         raise ctx.error("axis must not be the last (real/imaginary) dimension")
-    if length is None:
-        length = 2 * (shape[axis] - 1) if inverse and onesided else shape[axis]
+    length = _signal_length(shape[axis], length, inverse, onesided)
     if length <= 0:
         raise ctx.error(f"dft_length must be positive, got {length}")
     if onesided and not inverse and shape[-1] == 2:
@@ -408,6 +413,14 @@ def _dft(ctx: ConvertContext, x: relax.Expr, length: int | None, axis: int, inve
     outs = [relax.op.expand_dims(relax.op.permute_dims(o, inv), [rank - 1]) for o in outs]
     y = relax.op.concat(outs, axis=rank - 1) if len(outs) > 1 else outs[0]
     return relax.op.astype(y, dtype) if cdtype != dtype else y
+
+
+def _signal_length(n: int, length: int | None, inverse: bool, onesided: bool) -> int:
+    """The DFT length along an axis of ``n`` elements: ``dft_length``, else what the axis holds
+    (an irfft's ``n`` one-sided bins are ``2 (n - 1)`` samples)."""
+    if length is not None:
+        return length
+    return 2 * (n - 1) if inverse and onesided else n
 
 
 def _dft_length(ctx: ConvertContext, expr) -> int | None:
@@ -435,80 +448,38 @@ def dft20(ctx: ConvertContext, inputs: list, attrs: Attrs):
     if rv.is_runtime(axis_in):  # every signal axis transformed, the one named at run time picked
         x = inputs[0]
         rank = x.ty.ndim
-        shapes = {a: _dft_shape(_dims(x), a, length, bool(inverse), bool(onesided)) for a in range(rank - 1)}
-        if len(set(shapes.values())) != 1:
-            raise ctx.error("a run-time axis needs every axis to give the same output shape "
-                            f"(got {sorted(set(shapes.values()))}); freeze it with --constant-input")
+        shape = dims(x)
+        # the axes a DFT can run along: static, and not an irfft of a length-1 axis (no samples)
+        candidates = [a for a in range(rank - 1) if isinstance(shape[a], int)
+                      and _signal_length(shape[a], length, bool(inverse), bool(onesided)) > 0]
+        if not candidates:
+            raise ctx.error(f"no axis of input shape {shape} can be transformed")
         return rv.per_axis(ctx.bb, axis_in, rank,
                            lambda a: _dft(ctx, x, length, a, bool(inverse), bool(onesided)),
-                           candidates=range(rank - 1))
+                           candidates=candidates, label=ctx.label)
     axis = -2 if axis_in is None else int(_const_array(ctx, axis_in, "axis").reshape(-1)[0])
     return _dft(ctx, inputs[0], length, axis, bool(inverse), bool(onesided))
 
 
-def _dft_shape(shape: list[int], axis: int, length: int | None, inverse: bool, onesided: bool) -> tuple:
-    """The output shape of ``_dft`` along ``axis``."""
-    if length is None:
-        length = 2 * (shape[axis] - 1) if inverse and onesided else shape[axis]
-    out = list(shape)
-    out[axis] = length // 2 + 1 if onesided and not inverse else length
-    out[-1] = 1 if inverse and onesided else 2
-    return tuple(out)
-
-
 @converter("STFT", since=17)
 def stft(ctx: ConvertContext, inputs: list, attrs: Attrs):
-    bb = ctx.bb
     signal, step_in = inputs[0], inputs[1]
     window, length_in = _opt(inputs, 2), _opt(inputs, 3)
     onesided = attrs.reject("onesided", lambda v: v in (0, 1), 1)
     shape = _dims(signal)
     if len(shape) != 3 or shape[2] not in (1, 2):
         raise ctx.error(f"signal must be [batch, length, 1 or 2], got {shape}")
-    if rv.is_runtime(step_in):
-        if length_in is not None or window is None:
-            raise ctx.error("a run-time frame_step needs the frame length from the window's shape")
-        return _stft_runtime_step(ctx, signal, step_in, window, bool(onesided))
-    step = int(_const_array(ctx, step_in, "frame_step").reshape(-1)[0])
-    if length_in is not None:
-        frame_length = int(_const_array(ctx, length_in, "frame_length").reshape(-1)[0])
-    elif window is not None:
-        frame_length = _dims(window)[0]
-    else:
-        frame_length = shape[1]
-    if window is not None and _dims(window) != [frame_length]:
-        raise ctx.error(f"window must have shape [{frame_length}], got {_dims(window)}")
-    if step <= 0 or not 0 < frame_length <= shape[1]:
-        raise ctx.error(f"frame_step {step} / frame_length {frame_length} are invalid for a "
-                        f"signal of length {shape[1]}")
-    frames = 1 + (shape[1] - frame_length) // step
-    index = (np.arange(frames)[:, None] * step + np.arange(frame_length)[None, :]).reshape(-1)
-    framed = relax.op.take(signal, relax.const(index.astype(np.int64)), axis=1)
-    framed = bb.normalize(relax.op.reshape(framed, [shape[0], frames, frame_length, shape[2]]))
-    if window is not None:
-        framed = relax.op.multiply(framed, relax.op.reshape(window, [1, 1, frame_length, 1]))
-        framed = bb.normalize(framed)
-    return _dft(ctx, framed, frame_length, 2, False, bool(onesided))
 
+    def value(expr, name: str):  # an int, or the run-time scalar itself
+        if expr is None or rv.is_runtime(expr):
+            return expr
+        return int(_const_array(ctx, expr, name).reshape(-1)[0])
 
-def _stft_runtime_step(ctx: ConvertContext, signal: relax.Expr, step_in: relax.Expr, window: relax.Expr,
-                       onesided: bool) -> relax.Expr:
-    """STFT with a run-time frame_step: the frame count ``1 + (length - frame_length) // step``
-    is a symbolic dim and the frame indices are computed by the graph."""
-    bb = ctx.bb
-    batch, length, parts = _dims(signal)
-    frame_length = _dims(window)[0]
-    step = rv.scalar_var(bb, step_in, "frame_step")
-    frames = tirx.floordiv(length - frame_length, step) + 1
-    starts = relax.op.multiply(relax.op.arange(0, frames, 1, "int64"),
-                               relax.op.shape_to_tensor(relax.ShapeExpr([step])))
-    index = relax.op.add(relax.op.reshape(starts, relax.ShapeExpr([frames, 1])),
-                         relax.const(np.arange(frame_length, dtype=np.int64).reshape(1, frame_length), "int64"))
-    index = bb.normalize(relax.op.reshape(bb.normalize(index), relax.ShapeExpr([frames * frame_length])))
-    framed = bb.normalize(relax.op.take(signal, index, axis=1))
-    framed = bb.normalize(relax.op.reshape(framed, relax.ShapeExpr([batch, frames, frame_length, parts])))
-    framed = bb.normalize(relax.op.multiply(framed, relax.op.reshape(window, [1, 1, frame_length, 1])))
-    return _dft(ctx, framed, frame_length, 2, False, onesided)
+    framed, frame_length = stft_frames(ctx, signal, value(step_in, "frame_step"), window,
+                                       value(length_in, "frame_length"))
+    if isinstance(frame_length, int):
+        return _dft(ctx, framed, frame_length, 2, False, bool(onesided))
+    return dft_runtime_length(ctx, framed, frame_length, bool(onesided))
 
 
 # ----------------------------------------------------------------------------- Col2Im
