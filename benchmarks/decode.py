@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hetc
-from hetc.benchmark import ort_session
+from hetc.benchmark import in_turns, ort_session
 from hetc.generate import CompiledRunner, OrtRunner
 from hetc.options import default_threads
 
@@ -59,12 +59,8 @@ def _ms(fn) -> float:
 
 def time_steps(runners: dict, ids: np.ndarray, mask: np.ndarray, caches: dict, repeat: int, warmup: int = 2) -> dict:
     """Median/min ms of one decoding step per runner, the runners taking turns run by run."""
-    times: dict[str, list[float]] = {k: [] for k in runners}
-    for i in range(warmup + repeat):
-        for key, run in runners.items():
-            ms = _ms(lambda run=run, key=key: run.step(ids, mask, caches[key]))
-            if i >= warmup:
-                times[key].append(ms)
+    steps = {key: (lambda run=run, key=key: run.step(ids, mask, caches[key])) for key, run in runners.items()}
+    times = in_turns(steps, repeat, warmup)
     return {k: {"median_ms": statistics.median(v), "min_ms": min(v), "runs": len(v)} for k, v in times.items()}
 
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import hetc  # noqa: E402
-from hetc.benchmark import ort_session  # noqa: E402
+from hetc.benchmark import in_turns, ort_session  # noqa: E402
 from hetc.options import CompileOptions  # noqa: E402
 
 TOLERANCE = 1e-4  # max |hetc - ort| / max |ort| per output
@@ -79,14 +79,7 @@ def rel_err(got, want) -> float:
 
 def alternate(runners: dict, repeat: int, warmup: int = 2) -> dict[str, float]:
     """Medians (ms) of ``repeat`` runs of each runner, taking turns in one loop."""
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    for i in range(warmup + repeat):
-        for name, fn in runners.items():
-            start = time.perf_counter()
-            fn()
-            if i >= warmup:
-                times[name].append((time.perf_counter() - start) * 1e3)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: statistics.median(t) for name, t in in_turns(runners, repeat, warmup).items()}
 
 
 def _outputs(result) -> list:

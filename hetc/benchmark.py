@@ -40,6 +40,19 @@ def ort_session(model: Path, threads: int = 0):
     return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
 
 
+def in_turns(runners: Mapping[str, Callable[[], object]], repeat: int, warmup: int = 2) -> dict[str, list[float]]:
+    """Times (ms) of ``repeat`` calls of each runner after ``warmup``, the runners taking turns
+    call by call (the machine's speed drifts: only times from one loop compare)."""
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for i in range(warmup + repeat):
+        for name, fn in runners.items():
+            start = time.perf_counter()
+            fn()
+            if i >= warmup:
+                times[name].append((time.perf_counter() - start) * 1e3)
+    return times
+
+
 def compare_with_onnxruntime(model: Path, compiled, inputs: Mapping[str, np.ndarray], repeat: int = 10,
                              warmup: int = 2, session=None) -> dict:
     """``{"results": {"hetc": {...}, "onnxruntime": {...}}, "hetc_over_ort": ratio}`` in ms.
@@ -48,14 +61,7 @@ def compare_with_onnxruntime(model: Path, compiled, inputs: Mapping[str, np.ndar
     session = session or ort_session(model)
     runners: dict[str, Callable[[], object]] = {
         "hetc": lambda: compiled.run(inputs), "onnxruntime": lambda: session.run(None, dict(inputs))}
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    for i in range(warmup + repeat):
-        for name, fn in runners.items():
-            start = time.perf_counter()
-            fn()
-            if i >= warmup:
-                times[name].append((time.perf_counter() - start) * 1e3)
     results = {name: {"median_ms": statistics.median(t), "min_ms": min(t), "runs": len(t)}
-               for name, t in times.items()}
+               for name, t in in_turns(runners, repeat, warmup).items()}
     return {"results": results,
             "hetc_over_ort": results["hetc"]["median_ms"] / results["onnxruntime"]["median_ms"]}

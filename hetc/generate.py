@@ -15,7 +15,7 @@ past (``past_seq`` = 0), so one compiled artifact serves prefill and every decod
 The loop is a ``Runner``: ``start(batch)`` gives the empty cache, ``step(ids, mask, cache)``
 returns ``(logits, cache)``, ``max_step_tokens`` is the most tokens one step takes (None: no
 limit); a longer prompt is fed in chunks of that many. A model compiled for one-token steps
-(``dims={"seq": (1, 1), ...}``: static matmuls, much faster on the CPU) thus also takes the
+(``dims={"seq": (1, 1), ...}``: static one-row matmuls) thus also takes the
 prompt, one token per step. ``CompiledRunner`` keeps the cache in TVM tensors between steps
 (``resident=True``) instead of copying it to numpy and back; ``OrtRunner`` runs the same loop
 on an onnxruntime session, for reference.

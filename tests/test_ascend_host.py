@@ -671,9 +671,15 @@ def test_build_sh_needs_the_toolkit(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1 and "ASCEND_TOOLKIT_HOME is not set" in proc.stderr
 
 
-def test_build_sh_runs_atc_and_gxx(tmp_path):
+def _fake_toolkit(tmp_path) -> Path:
+    """An empty ASCEND_TOOLKIT_HOME for build.sh runs whose atc and g++ are stubs."""
     toolkit = tmp_path / "toolkit"
     (toolkit / "lib64").mkdir(parents=True)
+    return toolkit
+
+
+def test_build_sh_runs_atc_and_gxx(tmp_path):
+    toolkit = _fake_toolkit(tmp_path)
     folder = write_region(IMAGE, tmp_path / "r")
     proc, calls = _run_build(folder, tmp_path, ASCEND_TOOLKIT_HOME=str(toolkit))
     assert proc.returncode == 0, proc.stderr
@@ -731,8 +737,7 @@ def test_build_sh_builds_a_working_library(builds, tmp_path):
 
 
 def test_build_sh_passes_the_gears_of_symbolic_dims_to_atc(tmp_path):
-    toolkit = tmp_path / "toolkit"
-    (toolkit / "lib64").mkdir(parents=True)
+    toolkit = _fake_toolkit(tmp_path)
     folder = write_region(DYN, tmp_path / "dyn")
     proc, calls = _run_build(folder, tmp_path, ASCEND_TOOLKIT_HOME=str(toolkit))
     assert proc.returncode == 0, proc.stderr

@@ -51,9 +51,9 @@ class _Seal(relax.PyExprMutator):
     """Calls of generated regions (``call_dps_packed`` of an ``ExternFunc``, which TVM's
     partitioning passes cannot visit) become calls of placeholder functions, and back."""
 
-    def __init__(self, mod: tvm.IRModule, sealed: dict | None = None) -> None:
+    def __init__(self, mod: tvm.IRModule, placeholders: dict | None = None) -> None:
         super().__init__(mod)
-        self.sealed = {} if sealed is None else sealed  # placeholder name -> (ExternFunc, attrs, out types)
+        self.placeholders = {} if placeholders is None else placeholders  # name -> (ExternFunc, attrs, out types)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
@@ -64,31 +64,37 @@ class _Seal(relax.PyExprMutator):
             params = [relax.Var(f"x{i}", a.ty) for i, a in enumerate(call.args[1].fields)]
             body = relax.op.zeros(out.shape, out.dtype)  # never runs: the call is restored after
             gv = self.builder_.add_func(relax.Function(params, body, out, is_pure=True), "hetc_sealed")
-            self.sealed[gv.name_hint] = (call.args[0], call.attrs, call.ty_args)
+            self.placeholders[gv.name_hint] = (call.args[0], call.attrs, call.ty_args)
             return relax.Call(gv, list(call.args[1].fields))
-        if isinstance(call.op, tvm.ir.GlobalVar) and call.op.name_hint in self.sealed:
-            func, attrs, ty_args = self.sealed[call.op.name_hint]
+        if isinstance(call.op, tvm.ir.GlobalVar) and call.op.name_hint in self.placeholders:
+            func, attrs, ty_args = self.placeholders[call.op.name_hint]
             return relax.Call(_DPS, [func, relax.Tuple(list(call.args))], attrs, ty_args)
         return call
 
 
-def sealed(mod: tvm.IRModule, partition: Callable[[tvm.IRModule], tvm.IRModule]) -> tvm.IRModule:
-    """``partition(mod)`` with the regions other targets generated already hidden from it."""
-    seal = _Seal(mod)
-    main = seal.visit_expr(mod["main"])
-    if not seal.sealed:
-        return partition(mod)
-    inner = seal.builder_.get()
+def _with_placeholders(mod: tvm.IRModule, mutator, run: Callable[[tvm.IRModule], tvm.IRModule]) -> tvm.IRModule:
+    """``run(mod)`` with the calls ``mutator`` replaces by placeholder functions hidden from it,
+    restored afterwards (``mutator(mod, placeholders)``: ``_Seal``, ``_HideSymbolic``)."""
+    hide = mutator(mod)
+    main = hide.visit_expr(mod["main"])
+    if not hide.placeholders:
+        return run(mod)
+    inner = hide.builder_.get()
     inner["main"] = main
-    out = partition(inner)
-    unseal = _Seal(out, seal.sealed)
-    main = unseal.visit_expr(out["main"])
-    out = unseal.builder_.get()
+    out = run(inner)
+    show = mutator(out, hide.placeholders)
+    main = show.visit_expr(out["main"])
+    out = show.builder_.get()
     out["main"] = main
     for gv in list(out.get_global_vars()):
-        if gv.name_hint in seal.sealed:
+        if gv.name_hint in hide.placeholders:
             del out[gv]
     return out
+
+
+def sealed(mod: tvm.IRModule, partition: Callable[[tvm.IRModule], tvm.IRModule]) -> tvm.IRModule:
+    """``partition(mod)`` with the regions other targets generated already hidden from it."""
+    return _with_placeholders(mod, _Seal, partition)
 
 
 @relax.expr_functor.mutator
@@ -99,9 +105,9 @@ class _HideSymbolic(relax.PyExprMutator):
     variable and aborts ("Could not find memo-ized group"). Only host ops carry such arguments
     (no region writer takes them), so hiding them changes no region."""
 
-    def __init__(self, mod: tvm.IRModule, hidden: dict | None = None) -> None:
+    def __init__(self, mod: tvm.IRModule, placeholders: dict | None = None) -> None:
         super().__init__(mod)
-        self.hidden = {} if hidden is None else hidden  # placeholder name -> original call
+        self.placeholders = {} if placeholders is None else placeholders  # name -> original call
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
@@ -109,10 +115,10 @@ class _HideSymbolic(relax.PyExprMutator):
             tensors = [a for a in call.args if _relax_var(a)]
             params = [relax.Var(f"x{i}", a.ty) for i, a in enumerate(tensors)]
             gv = self.builder_.add_func(_placeholder(params, call.ty), "hetc_hidden")
-            self.hidden[gv.name_hint] = call
+            self.placeholders[gv.name_hint] = call
             return relax.Call(gv, tensors)
-        if isinstance(call.op, tvm.ir.GlobalVar) and call.op.name_hint in self.hidden:
-            original = self.hidden[call.op.name_hint]
+        if isinstance(call.op, tvm.ir.GlobalVar) and call.op.name_hint in self.placeholders:
+            original = self.placeholders[call.op.name_hint]
             args = iter(call.args)  # the tensor arguments, in order
             return relax.Call(original.op, [next(args) if _relax_var(a) else a for a in original.args],
                               original.attrs, original.ty_args)
@@ -138,21 +144,7 @@ def _placeholder(params: list, ty) -> relax.Function:
 def merge_composites(mod: tvm.IRModule) -> tvm.IRModule:
     """``MergeCompositeFunctions`` with the calls that take symbolic values hidden from it (see
     ``_HideSymbolic``)."""
-    hide = _HideSymbolic(mod)
-    main = hide.visit_expr(mod["main"])
-    if not hide.hidden:
-        return relax.transform.MergeCompositeFunctions()(mod)
-    inner = hide.builder_.get()
-    inner["main"] = main
-    out = relax.transform.MergeCompositeFunctions()(inner)
-    show = _HideSymbolic(out, hide.hidden)
-    main = show.visit_expr(out["main"])
-    out = show.builder_.get()
-    out["main"] = main
-    for gv in list(out.get_global_vars()):
-        if gv.name_hint in hide.hidden:
-            del out[gv]
-    return out
+    return _with_placeholders(mod, _HideSymbolic, relax.transform.MergeCompositeFunctions())
 
 
 def _erased(ty) -> bool:
