@@ -13,8 +13,9 @@ in, presents out, one model for prompt and decode), compiles it once with symbol
    matmuls get the CPU's contraction schedules), ``past_seq`` symbolic, the prompt fed one
    token per step: also one artifact for the whole generation;
 2. per past length in ``--past``: the cache of a prompt of that length (computed once), then
-   one decoding step (1 token) timed ``--repeat`` times, runtimes taking turns run by run
-   (medians): hetc with the cache left in TVM tensors between steps (``resident``, what
+   one decoding step (1 token) timed ``--repeat`` times, runtimes taking turns in blocks of 5
+   steps, each block alone on the cores (``hetc.benchmark.in_blocks``; onnxruntime with its
+   default spinning workers), medians: hetc with the cache left in TVM tensors between steps (``resident``, what
    ``hetc.generate`` does), the ``seq=1`` build (resident), hetc through ``model.run`` (the whole cache copied numpy -> TVM and
    back every step: ``copy``), and onnxruntime (numpy in and out). ``copy - resident`` is the
    per-step cost of that copy, shown with the cache size;
@@ -46,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hetc
-from hetc.benchmark import in_turns, ort_session
+from hetc.benchmark import in_blocks, ort_session
 from hetc.generate import CompiledRunner, OrtRunner
 from hetc.options import default_threads
 
@@ -58,9 +59,10 @@ def _ms(fn) -> float:
 
 
 def time_steps(runners: dict, ids: np.ndarray, mask: np.ndarray, caches: dict, repeat: int, warmup: int = 2) -> dict:
-    """Median/min ms of one decoding step per runner, the runners taking turns run by run."""
+    """Median/min ms of one decoding step per runner, the runners taking turns block by block
+    (``in_blocks``: each alone on the cores, onnxruntime with its default spinning)."""
     steps = {key: (lambda run=run, key=key: run.step(ids, mask, caches[key])) for key, run in runners.items()}
-    times = in_turns(steps, repeat, warmup)
+    times = in_blocks(steps, repeat, warmup)
     return {k: {"median_ms": statistics.median(v), "min_ms": min(v), "runs": len(v)} for k, v in times.items()}
 
 
@@ -73,9 +75,10 @@ def copy_ms(cache: list, repeat: int) -> float:
     return statistics.median(times[2:])
 
 
-def profile_kernels(model, feeds: list, top: int = 12) -> dict:
-    """Per-call time of one step, from a VM instrument timing every Call instruction (TVM 0.27's
-    VM has no profiler): {"kernels": [(name, ms, count)], "total_ms", "concat_ms"}."""
+def profile_kernels(model, feeds: list, top: int = 12, runs: int = 3) -> dict:
+    """Per-call time of one step (mean of ``runs`` after two warm-up calls), from a VM
+    instrument timing every Call instruction (TVM 0.27's VM has no profiler):
+    {"kernels": [(name, ms, count)], "total_ms", "concat_ms"}."""
     import tvm
     from tvm import relax
 
@@ -93,9 +96,12 @@ def profile_kernels(model, feeds: list, top: int = 12) -> dict:
         return 0
 
     args = [tvm.runtime.tensor(a, tvm.cpu()) for a in feeds]
-    vm["main"](*args)  # warm-up
+    for _ in range(2):  # warm-up: the first calls fault in the pooled allocator's pages
+        vm["main"](*args)
     vm.set_instrument(tvm.runtime.convert(instrument) if hasattr(tvm.runtime, "convert") else instrument)
-    vm["main"](*args)
+    for _ in range(runs):
+        vm["main"](*args)
+    rows = {k: [ms / runs, count // runs] for k, (ms, count) in rows.items()}
     rows = {k: v for k, v in rows.items() if not k.startswith("vm.builtin")} or rows
     total = sum(v[0] for v in rows.values())
     ranked = sorted(rows.items(), key=lambda kv: -kv[1][0])
@@ -134,7 +140,7 @@ def main() -> int:
             builds[name] = hetc.compile(path, dims=build_dims)
             result.setdefault("compile_s", {})[name] = time.perf_counter() - start
             result.setdefault("compile_stages_s", {})[name] = builds[name].report["seconds"]
-        session = ort_session(path, threads)
+        session = ort_session(path, threads, spinning=True)
         console.print("compiled in " + ", ".join(f"{k} {v:.1f} s" for k, v in result["compile_s"].items())
                       + "; generating ...")
 

@@ -9,9 +9,10 @@
 torch with symbolic ``batch`` and ``seq``): one hetc artifact compiled with
 ``dims={"batch": (1, 8), "seq": (1, 512)}`` runs every shape in ``--shapes``; each output must
 be within 1e-4 x max|ref| of onnxruntime. Per shape, the dynamic artifact, a static hetc build
-for that shape (``input_shapes=``) and onnxruntime take turns in one loop (medians of
+for that shape (``input_shapes=``) and onnxruntime take turns in blocks, each alone on the
+cores (``hetc.benchmark.in_blocks``; onnxruntime with its default spinning workers); medians of
 ``--repeat`` runs after warm-up; only ratios from the same loop compare: the machine's speed
-drifts). (b) ResNet-50 (``examples/torch_models.py``, symbolic batch): one artifact runs
+drifts. (b) ResNet-50 (``examples/torch_models.py``, symbolic batch): one artifact runs
 ``--batches`` against onnxruntime, and images/s at the largest batch next to onnxruntime's.
 
 ``--quick``: bert-tiny, shapes 1x16 and 2x37, batches 1 and 3 of ResNet-50, 3 repeats (a smoke
@@ -39,7 +40,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import hetc  # noqa: E402
-from hetc.benchmark import in_turns, ort_session  # noqa: E402
+from hetc.benchmark import in_blocks, ort_session  # noqa: E402
 from hetc.options import CompileOptions  # noqa: E402
 
 TOLERANCE = 1e-4  # max |hetc - ort| / max |ort| per output
@@ -78,8 +79,10 @@ def rel_err(got, want) -> float:
 
 
 def alternate(runners: dict, repeat: int, warmup: int = 2) -> dict[str, float]:
-    """Medians (ms) of ``repeat`` runs of each runner, taking turns in one loop."""
-    return {name: statistics.median(t) for name, t in in_turns(runners, repeat, warmup).items()}
+    """Medians (ms) of ``repeat`` runs of each runner, taking turns in blocks (``in_blocks``:
+    each runtime alone on the cores, onnxruntime with its default spinning workers)."""
+    return {name: statistics.median(t) for name, t in in_blocks(runners, repeat, warmup,
+                                                                block=max(1, min(5, repeat))).items()}
 
 
 def _outputs(result) -> list:
@@ -101,7 +104,7 @@ def bench_bert(work: Path, config: str, shapes: list[tuple[int, int]], repeat: i
     from hf_models import bert_inputs, export_bert
 
     path = export_bert(work / f"{config}.onnx", config)
-    session = ort_session(path)
+    session = ort_session(path, spinning=True)
     dynamic, seconds = _compile(path, dims=BERT_DIMS)
     generic = sorted(k for k, rule in dynamic.report["kernels"].items() if rule in ("generic", "none")
                      and ("matmul" in k or "conv" in k))
@@ -142,7 +145,7 @@ def bench_resnet(work: Path, batches: list[int], repeat: int, static: bool, cons
     from torch_models import export
 
     path, _ = export("resnet50", work, dynamic_batch=True)
-    session = ort_session(path)
+    session = ort_session(path, spinning=True)
     dynamic, seconds = _compile(path, dims=RESNET_DIMS)
     generic = sorted(k for k, rule in dynamic.report["kernels"].items() if rule in ("generic", "none")
                      and ("matmul" in k or "conv" in k))
@@ -193,7 +196,8 @@ def _fmt(v, digits=2) -> str:
 def print_tables(report: dict, console: Console) -> None:
     bert = report.get("bert")
     if bert:
-        table = Table(title=f"{bert['model']}, one artifact with dims {bert['dims']} (ms, medians, alternating)",
+        table = Table(title=f"{bert['model']}, one artifact with dims {bert['dims']} "
+                            "(ms, medians, runtimes in turns by blocks)",
                       box=box.SIMPLE_HEAVY)
         for col in ("batch x seq", "hetc dynamic", "hetc static", "onnxruntime", "dyn / static", "dyn / ort",
                     "rel err", "ok"):

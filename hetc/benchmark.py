@@ -25,18 +25,21 @@ def random_inputs(specs, seed: int = 0) -> dict[str, np.ndarray]:
     return inputs
 
 
-def ort_session(model: Path, threads: int = 0):
+def ort_session(model: Path, threads: int = 0, spinning: bool = False):
     """An onnxruntime CPU session for timing next to hetc (``threads`` 0: onnxruntime's default).
 
-    Runs alternate with hetc's: onnxruntime's spinning workers would steal the cores that
-    TVM's thread pool is about to use (seen: a 0.2 ms MLP took 12 ms), so they sleep instead.
+    By default its workers sleep instead of spinning: with runs alternating call by call
+    (``in_turns``), onnxruntime's spinning workers would steal the cores that TVM's thread pool
+    is about to use (seen: a 0.2 ms MLP took 12 ms). ``spinning=True`` keeps onnxruntime's
+    default, for ``in_blocks``, where each runtime runs alone.
     """
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
 
 
@@ -49,6 +52,28 @@ def in_turns(runners: Mapping[str, Callable[[], object]], repeat: int, warmup: i
             start = time.perf_counter()
             fn()
             if i >= warmup:
+                times[name].append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def in_blocks(runners: Mapping[str, Callable[[], object]], repeat: int, warmup: int = 2, block: int = 5,
+              pause: float = 0.2) -> dict[str, list[float]]:
+    """Times (ms) of ``repeat`` calls of each runner, the runners taking turns every ``block``
+    calls, each block after ``pause`` seconds idle and ``warmup`` untimed calls.
+
+    Call-by-call turns (``in_turns``) measure each runtime while the other's thread pool may
+    still be spinning on the same cores: that charges one runtime for the other. Here each
+    block runs alone, every runtime with its own default threading (onnxruntime spinning:
+    ``ort_session(spinning=True)``), and the blocks still interleave against drift."""
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    while any(len(t) < repeat for t in times.values()):
+        for name, fn in runners.items():
+            time.sleep(pause)
+            for _ in range(warmup):
+                fn()
+            for _ in range(min(block, repeat - len(times[name]))):
+                start = time.perf_counter()
+                fn()
                 times[name].append((time.perf_counter() - start) * 1e3)
     return times
 

@@ -162,3 +162,52 @@ def test_half_precision_contractions_accumulate_in_float32():
     for name, got in out.items():
         ulps = np.abs(got.astype(np.float32) - expected[name].astype(np.float32)) / np.spacing(expected[name])
         assert got.dtype == dtype and ulps.max() <= 1, f"{name}: {ulps.max()} ulps"
+
+
+def test_one_input_concat_is_not_a_copy():
+    """torch's GPT-2 export concatenates each past key with nothing before appending the new
+    key: ``simplify_ops`` drops that one-input Concat (a copy of the whole cache per layer and
+    step) and the result is the input itself."""
+    nodes = [helper.make_node("Concat", ["past"], ["p"], axis=2),
+             helper.make_node("Concat", ["p", "new"], ["present"], axis=2)]
+    model = make(nodes, [tensor("past", ["b", 2, "t", 4]), tensor("new", ["b", 2, 1, 4])],
+                 [tensor("present", ["b", 2, "n", 4])])
+    mod = to_relax(load_model(model))
+    mod, _ = run_pipeline(mod, simplify_passes())
+    concats = [c for c in _calls(mod["main"]) if c.op.name == "relax.concat"]
+    assert len(concats) == 1 and len(concats[0].args[0].fields) == 2
+    import hetc
+
+    rng = np.random.default_rng(0)
+    feeds = {"past": rng.standard_normal((1, 2, 5, 4)).astype(np.float32),
+             "new": rng.standard_normal((1, 2, 1, 4)).astype(np.float32)}
+    got = hetc.compile(model, dims={"b": (1, 2), "t": (0, 16)}).run(feeds)["present"]
+    assert_close(got, np.concatenate([feeds["past"], feeds["new"]], axis=2))
+
+
+def _calls(func) -> list:
+    calls = []
+    relax.analysis.post_order_visit(func, lambda e: calls.append(e) if isinstance(e, relax.Call)
+                                    and isinstance(e.op, tvm.ir.Op) else None)
+    return calls
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 4.0, 2.5])
+def test_small_integer_powers_become_products(exponent):
+    """``Pow(x, 3)`` (the tanh GELU of GPT-2/BERT exports) would call libm's powf per element,
+    unvectorized: ``simplify_ops`` writes 2, 3 and 4 as products; other exponents stay powers.
+    Negative bases included, the results match onnxruntime."""
+    from conftest import ort_run
+
+    import hetc
+
+    inits = {"e": np.array(exponent, np.float32)}
+    model = make([helper.make_node("Pow", ["x", "e"], ["y"])], [tensor("x", ["b", 64])], [tensor("y", ["b", 64])],
+                 inits)
+    mod, _ = run_pipeline(to_relax(load_model(model)), simplify_passes())
+    ops = {c.op.name for c in _calls(mod["main"])}
+    assert ops == ({"relax.power"} if exponent == 2.5 else {"relax.multiply"}), ops
+    x = {"x": np.random.default_rng(0).uniform(-3, 3, (2, 64)).astype(np.float32)}
+    if exponent == 2.5:
+        x["x"] = np.abs(x["x"])
+    assert_close(hetc.compile(model).run(x)["y"], ort_run(model, x)[0])

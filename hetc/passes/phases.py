@@ -36,6 +36,7 @@ def inference_passes() -> list[Stage]:
 
 def simplify_passes() -> list[Stage]:
     from .legalize_dynamic import legalize_dynamic_pass
+    from .simplify_ops import simplify_ops_pass
 
     return [
         Stage("legalize_dynamic",
@@ -43,6 +44,8 @@ def simplify_passes() -> list[Stage]:
               lambda: legalize_dynamic_pass),
         Stage("fold_constants", "evaluate subgraphs whose inputs are all constants",
               relax.transform.FoldConstant),
+        Stage("simplify_ops", "drop one-input concats; small integer powers as products",
+              lambda: simplify_ops_pass),
         Stage("canonicalize", "remove trivial bindings and aliases", relax.transform.CanonicalizeBindings),
         Stage("cse", "eliminate common subexpressions", relax.transform.EliminateCommonSubexpr),
         Stage("dce", "drop unused bindings and functions", relax.transform.DeadCodeElimination),

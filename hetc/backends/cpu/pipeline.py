@@ -42,6 +42,15 @@ FAST_MATH = {"relax.erf": _fast(topi.fast_erf), "relax.exp": _fast(topi.fast_exp
              "relax.tanh": _fast(topi.fast_tanh), "relax.nn.softmax": _fast(topi.nn.fast_softmax)}
 
 
+def transpose_matmul_passes() -> list[Stage]:
+    """``x @ permute_dims(k)`` (swapping the last two axes) as one kernel that reads ``k`` in
+    place: attention's ``Q @ K^T`` against a KV cache, which would otherwise be transposed,
+    whole, every step. The CPU's dot-product rule (``schedules/dot.py``) schedules it.
+    Transposed constants are folded before this runs, so weights still get packed."""
+    return [Stage("fuse_transpose_matmul", "x @ transpose(k) as one kernel reading k in place",
+                  relax.transform.FuseTransposeMatmul)]
+
+
 def tuning_database_passes(options: CompileOptions) -> list[Stage]:
     """Replace the kernels a tuning database has records for (``hetc compile --db``)."""
     if options.database is None:
@@ -76,6 +85,7 @@ def pre_schedule_stages(options: CompileOptions, offloads: Sequence = ()) -> lis
         + simplify_passes()
         + layout_passes(options.layout or "NHWC")
         + precision_passes()
+        + transpose_matmul_passes()
         + legalize_passes(FAST_MATH)
         + fusion_passes()
         + [Stage("mark_constant_params", "tell each kernel which of its inputs are constants (packable)",

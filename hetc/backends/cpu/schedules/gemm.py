@@ -142,6 +142,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     j, jvar = spatial[-1], spatial[-1].var
     packs = []  # (read index, position of j in the operand)
     shared = []  # index lists of operands loaded once per tile column and reused by every row
+    runtime_j = False  # a run-time operand is indexed by j
     row_var = spatial[-2].var if len(spatial) > 1 else None
     for idx, read in enumerate(block.reads):
         indices = [r.min for r in read.region]
@@ -154,6 +155,8 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
             packs.append((idx, pos))
         elif pos != len(indices) - 1:
             return False  # j is strided in a runtime operand: not this rule
+        elif not read.source.same_as(block.writes[0].source):
+            runtime_j = True
     # Axes a shared operand depends on (batch of a batched matmul) stay outside the tile; the
     # others are fused into one row axis M (n*oh*ow of a conv), the register tile's rows.
     batch = [it for it in spatial[:-1] if any(uses(e, it.var) for ind in shared for e in ind)]
@@ -164,6 +167,13 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     else:
         m, row_extents = math.prod(it.dom for it in rows_axes), [it.dom for it in rows_axes]
     n = j.dom if _static(j) else SYMBOLIC_EXTENT
+    # A column count the SIMD width does not divide (GPT-2's 50257-word LM head) would get a
+    # scalar tile; when only packed weights are indexed by j, they are padded with zero
+    # columns at compile time instead, and the vector tile's extra columns are not stored.
+    pad_columns = (_static(j) and lanes and vector_dtypes(block) and packs and not runtime_j
+                   and j.dom % lanes != 0 and j.dom >= 4 * lanes)
+    if pad_columns:
+        n = SYMBOLIC_EXTENT
     tiles = tile_candidates(m, n, lanes if vector_dtypes(block) else 0, TILE_REGISTERS if lanes >= 16 else 16,
                             row_extents)
     if variant >= len(tiles):
@@ -174,7 +184,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     # (a copy of the runtime operand, zero rows/columns appended), so the micro-kernel has no
     # guard and its accumulator tile stays in registers; the epilogue stores only the real rows.
     padding = [tile.rows if rows_axes and it is rows_axes[0] and not _static(it) else
-               tile.vj if it is j and not _static(it) else 1 for it in main.iters]
+               tile.vj if it is j and (not _static(it) or pad_columns) else 1 for it in main.iters]
     padded = []
     unpad = []
     if any(p > 1 for p in padding):
@@ -204,7 +214,10 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
                 pass
         schedule_spatial(sch, producer.block_rv, lanes)
     for producer in padded:
-        schedule_spatial(sch, producer, lanes)
+        if all(is_constant(sch, read.source) for read in sch.get(producer).reads):
+            sch.compute_inline(producer)  # a padded weight: into its packing, at compile time
+        else:
+            schedule_spatial(sch, producer, lanes)
 
     loops = {it.var: loop for it, loop in zip(main.iters, sch.get_loops(main.block_rv)[-len(main.iters):])}
     r_loops = [loops[it.var] for it in reduce]
