@@ -78,11 +78,11 @@ def rel_err(got, want) -> float:
     return float(np.abs(np.asarray(got) - want).max() / max(np.abs(want).max(), 1e-30))
 
 
-def alternate(runners: dict, repeat: int, warmup: int = 2) -> dict[str, float]:
-    """Medians (ms) of ``repeat`` runs of each runner, taking turns in blocks (``in_blocks``:
-    each runtime alone on the cores, onnxruntime with its default spinning workers)."""
-    return {name: statistics.median(t) for name, t in in_blocks(runners, repeat, warmup,
-                                                                block=max(1, min(5, repeat))).items()}
+def alternate(runners: dict, repeat: int) -> dict[str, float]:
+    """Medians (ms) of ``repeat`` runs of each runner, taking turns run by run, each run after a
+    pause and one untimed call (``in_blocks``: each runtime alone on the cores, onnxruntime
+    with its default spinning workers)."""
+    return {name: statistics.median(t) for name, t in in_blocks(runners, repeat, warmup=1, block=1).items()}
 
 
 def _outputs(result) -> list:

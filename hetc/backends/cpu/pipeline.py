@@ -45,7 +45,8 @@ FAST_MATH = {"relax.erf": _fast(topi.fast_erf), "relax.exp": _fast(topi.fast_exp
 def transpose_matmul_passes() -> list[Stage]:
     """``x @ permute_dims(k)`` (swapping the last two axes) as one kernel that reads ``k`` in
     place: attention's ``Q @ K^T`` against a KV cache, which would otherwise be transposed,
-    whole, every step. The CPU's dot-product rule (``schedules/dot.py``) schedules it.
+    whole, every step. The contraction rule copies each column panel of ``k`` with j last inside
+    the kernel (``schedules/gemm.py``).
     Transposed constants are folded before this runs, so weights still get packed."""
     return [Stage("fuse_transpose_matmul", "x @ transpose(k) as one kernel reading k in place",
                   relax.transform.FuseTransposeMatmul)]

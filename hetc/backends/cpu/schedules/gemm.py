@@ -141,8 +141,10 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
         return False
     j, jvar = spatial[-1], spatial[-1].var
     packs = []  # (read index, position of j in the operand)
+    transposed = []  # (read index, position of j): run-time operands with j before k (K in Q @ K^T)
     shared = []  # index lists of operands loaded once per tile column and reused by every row
     runtime_j = False  # a run-time operand is indexed by j
+    reduce_vars = [it.var for it in main.iters if it.kind == "R"]
     row_var = spatial[-2].var if len(spatial) > 1 else None
     for idx, read in enumerate(block.reads):
         indices = [r.min for r in read.region]
@@ -154,13 +156,18 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
         if pos is not None and is_constant(sch, read.source):
             packs.append((idx, pos))
         elif pos != len(indices) - 1:
-            return False  # j is strided in a runtime operand: not this rule
+            last = indices[-1]
+            if pos is None or not any(isinstance(last, tirx.Var) and last.same_as(v) for v in reduce_vars):
+                return False  # j is strided in a runtime operand in a way a panel copy cannot fix
+            transposed.append((idx, pos))  # copied per panel, j last, inside the kernel (below)
+            runtime_j = True
         elif not read.source.same_as(block.writes[0].source):
             runtime_j = True
     # Axes a shared operand depends on (batch of a batched matmul) stay outside the tile; the
     # others are fused into one row axis M (n*oh*ow of a conv), the register tile's rows.
     batch = [it for it in spatial[:-1] if any(uses(e, it.var) for ind in shared for e in ind)]
     rows_axes = [it for it in spatial[:-1] if it not in batch]
+    shared_batch = len(batch)  # axes a shared operand depends on (a batched matmul's batch)
     batch, rows_axes = _symbolic_rows(spatial, batch, rows_axes)
     if rows_axes and not _static(rows_axes[0]):  # one symbolic row axis (seq): a guarded tail tile
         m, row_extents = SYMBOLIC_EXTENT, [SYMBOLIC_EXTENT]
@@ -213,9 +220,13 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
             except ScheduleError:
                 pass
         schedule_spatial(sch, producer.block_rv, lanes)
+    transposed_sources = [sch.get(main.block_rv).reads[idx].source for idx, _ in transposed]
+    deferred = []  # padding of a transposed operand: inlined into its panel copy (below)
     for producer in padded:
         if all(is_constant(sch, read.source) for read in sch.get(producer).reads):
             sch.compute_inline(producer)  # a padded weight: into its packing, at compile time
+        elif any(sch.get(producer).writes[0].source.same_as(src) for src in transposed_sources):
+            deferred.append(producer)
         else:
             schedule_spatial(sch, producer, lanes)
 
@@ -245,16 +256,36 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
         # panels parallel and the rows a serial loop inside (not fused: see below).
         panel_major = (not _static(rows_axes[0]) and _static(j) and not small
                        and j.dom // tile.vj >= MIN_TASKS)
-        if small or (not _static(rows_axes[0]) and not panel_major):
+        if (small or (not _static(rows_axes[0]) and not panel_major)) and not transposed:
             tile_loops.reverse()  # (symbolic rows go first: see the parallel loop below)
     outer = [loops[it.var] for it in batch]
-    sch.reorder(*outer, *tile_loops, *r_loops, *([ii] if ii is not None else []), ji)
+    # Panel major over rows that are all symbolic (batch x seq into a weight matmul): every
+    # row loop goes inside the panel loop, so that each weight panel is streamed once for all
+    # rows. With the batch outside, each batch row re-streamed every panel (BERT-base at 4x64:
+    # its 768x768 projections ran 1.8x slower than the static build).
+    rows_inside = panel_major and outer and not shared_batch
+    if rows_inside:
+        sch.reorder(tile_loops[0], *outer, *tile_loops[1:], *r_loops, *([ii] if ii is not None else []), ji)
+    else:
+        sch.reorder(*outer, *tile_loops, *r_loops, *([ii] if ii is not None else []), ji)
 
+    # A run-time operand indexed [.., j, .., k] (the keys of Q @ K^T read in place): each
+    # column panel of it is copied with j last, [k][vj], at the panel loop, so that the
+    # micro-kernel loads contiguous vectors along j as from a packed weight; the copy is
+    # K x vj elements per panel, amortized over every row tile of the panel.
+    for idx, pos in transposed:
+        panel = sch.cache_read(main.block_rv, idx, "global")
+        sch.transform_layout(main.block_rv, ("read", idx), _j_last(pos))
+        sch.compute_at(panel, tile_loops[0], preserve_unit_loops=True)
+        for producer in deferred:
+            if sch.get(producer).writes[0].source.same_as(sch.get(panel).reads[0].source):
+                sch.compute_inline(producer)
     acc = sch.cache_write(main.block_rv, 0, "local")
     if unpad:
         # The tile is stored whole into the padded result; the copy out of it with the epilogue
-        # is a separate pass (computed at the tile, its guard on the real rows would make the
-        # accumulator's size symbolic, and it would leave the registers: 1.5x slower).
+        # is a separate pass. (Computed at the tile under a guard on the real rows, the
+        # accumulator stays a static tile but the kernel ran 1.7x slower on a 256x768x3072
+        # matmul: LLVM no longer keeps the guarded tile in registers.)
         epilogue = acc
         tail = inline_chain(sch, unpad[0], infos, main, unpad[1:])
         schedule_spatial(sch, tail, lanes)
@@ -276,7 +307,9 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     static = [isinstance(sch.get(loop).extent, tirx.IntImm) for loop in order]
     first = max((k + panel_major for k, fixed in enumerate(static) if not fixed), default=0)
     tasks = math.prod(int(sch.get(loop).extent) for loop, fixed in zip(order[first:], static[first:]) if fixed)
-    if tasks < MIN_TASKS and outer and first >= len(outer):
+    if rows_inside:
+        sch.parallel(tile_loops[0])  # the static panels; every row loop runs inside
+    elif tasks < MIN_TASKS and outer and first >= len(outer):
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
     else:
         sch.parallel(sch.fuse(*order[first:]))
@@ -292,6 +325,16 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int) 
     if tile.width:
         vectorize_tail(sch, epilogue, tile.width)
     return True
+
+
+def _j_last(pos: int):
+    """``[.., j, ..] -> [.., j]``: the axis at ``pos`` moved last (transform_layout reads the
+    map's parameters as the buffer's axes, so ``pos`` is bound here)."""
+
+    def index_map(*axes):
+        return (*[a for k, a in enumerate(axes) if k != pos], axes[pos])
+
+    return index_map
 
 
 def _static(it) -> bool:
