@@ -126,7 +126,11 @@ def test_sampled_tiles_replay_on_the_symbolic_kernel():
 
 def test_tune_dynamic_model_then_compile_with_database(tuned, tmp_path):
     model, db, result = tuned
-    assert len(result.tasks) == 3 and result.trials_added == TRIALS
+    # the whole budget is allocated; each task's default was measured first, and the search may
+    # spend less than its allocation where a kernel has few distinct schedules (which task
+    # gets the rounds depends on this CPU's timings: on a Zen 5 the sigmoid is the slowest)
+    assert len(result.tasks) == 3 and sum(t.budget for t in result.tasks) == TRIALS
+    assert all(t.trials_added >= 1 for t in result.tasks) and 3 < result.trials_added <= TRIALS
     best, _ = dbm.load_best(db, llvm_target(CompileOptions()))
     for record in best.get_all_tuning_records():  # measured at batch 4: static workloads
         func = record.workload.mod["main"]
