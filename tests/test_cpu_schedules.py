@@ -320,6 +320,36 @@ def test_symbolic_rows_under_many_panels_run_panel_major():
     assert kinds[1:3] == [(tirx.ForKind.SERIAL, False)] * 2, kinds
 
 
+def test_one_row_runs_its_own_loops_over_the_same_packed_weight():
+    """A contraction with symbolic rows is padded to a multi-row register tile; at one row (a
+    decoding step) that is 4-5x the multiply-adds. The default schedule carries a one-row
+    branch taken when batch * seq == 1, without padding, that reads the same packed weight
+    (one packing block). (SYMBOLIC_CASES run both branches against onnxruntime.)"""
+    from hetc import api
+    from hetc.backends.cpu.pipeline import pre_schedule_stages
+    from hetc.backends.cpu.schedules import PREPROC, schedule_func
+    from hetc.targets import parse_targets
+    from tvm import tirx
+
+    options, targets = CompileOptions(), parse_targets("cpu")
+    _, mod, _, _ = api._import(_matmul_model(64, 384), targets, options, None, None)
+    mod, _ = api.run_pipeline(mod, pre_schedule_stages(options))
+    (func,) = [f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc) and "matmul" in gv.name_hint]
+    target = llvm_target(options)
+    scheduled, rule = schedule_func(func, target, simd_lanes(target))
+    text = scheduled.script()
+    assert rule == "contraction" and "if batch * seq == T.int64(1):" in text, text
+    assert text.count(PREPROC) == 1, text  # one packed copy of the weight for both branches
+    one_row, general = text.split("if batch * seq == T.int64(1):")[1].split("else:")
+    assert "_pad" not in one_row and "_pad" in general  # padded rows only in the general branch
+    # static rows: nothing to dispatch on
+    _, mod, _, _ = api._import(_matmul_model(64, 384), targets, CompileOptions(input_shapes={"x": (1, 1, 64)}),
+                               None, None)
+    mod, _ = api.run_pipeline(mod, pre_schedule_stages(options))
+    (func,) = [f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc) and "matmul" in gv.name_hint]
+    assert "if " not in schedule_func(func, target, simd_lanes(target))[0].script()
+
+
 @pytest.mark.parametrize("batch,size", [(1, 32), (3, 16)])
 def test_conv_accumulator_is_a_register_tile(batch, size):
     """The accumulator of a conv whose rows fuse n x oh x ow lowers to a tile-sized local

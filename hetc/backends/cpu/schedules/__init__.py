@@ -88,6 +88,9 @@ def schedule_func(func: tirx.PrimFunc, target: tvm.target.Target, lanes: int) ->
             continue
         scheduled = sch.mod["main"].with_attr("hetc.schedule_rule", rule.name)
         if not check or lowers(scheduled, target):
+            finished = rule.finish(func, scheduled, lanes) if rule.finish else None
+            if finished is not None and lowers(finished, target):
+                return finished.with_attr("hetc.schedule_rule", rule.name), rule.name
             return scheduled, rule.name
     return func, None
 

@@ -32,13 +32,17 @@ class Rule:
     None means "not mine". ``lanes`` is the float32 SIMD width of ``target``. A rule with
     ``variants > 1`` takes ``variant`` (0 = its default choice) and returns its alternatives
     (other register tiles) for the tuner to measure; past its last one it returns None. A rule
-    may raise ``ScheduleError`` halfway: the caller then tries the next rule.
+    may raise ``ScheduleError`` halfway: the caller then tries the next rule. ``finish(func,
+    scheduled, lanes) -> PrimFunc | None``, if given, may replace the default schedule's
+    function by one no schedule trace can express (the contraction's run-time dispatch on the
+    row count: ``dispatch.py``); the tuner never sees it.
     """
 
     name: str
     description: str
     apply: Callable[..., Schedule | None]
     variants: int = 1
+    finish: Callable[..., tirx.PrimFunc | None] | None = None
 
 
 def normalized(func: tirx.PrimFunc) -> tuple[Schedule, list[SBlockInfo] | None]:
