@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up a virtual environment with hetc and its test extras, then run the tests.
-# Without arguments: every test but the `slow` ones (about 16 minutes on 2 cores). Extra
+# Without arguments: every test but the `slow` ones (10 to 25 minutes on 2 cores). Extra
 # arguments go to pytest instead (e.g. `-m slow` for the slow ones, `-m ""` for all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
