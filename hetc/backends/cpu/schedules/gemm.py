@@ -132,7 +132,11 @@ def one_row_dispatch(func: tirx.PrimFunc, general: tirx.PrimFunc, lanes: int) ->
     on the padded multi-row tile, as fast as in a build with one static row. None where it
     does not apply (static rows, or a one-row default tile)."""
     info: dict = {}
-    special = scheduled(func, functools.partial(_schedule, one_row=info), lanes, 0)
+    try:
+        special = scheduled(func, functools.partial(_schedule, one_row=info), lanes, 0)
+    except (ScheduleError, RuntimeError, ValueError) as err:  # as a rule's apply may (_try)
+        log.debug("no one-row schedule for %s: %s", (func.attrs or {}).get("global_symbol"), err)
+        return None
     if special is None:
         return None
     return with_dispatch(general, special.mod["main"], info["rows"] == 1)
