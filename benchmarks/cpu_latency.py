@@ -1,7 +1,7 @@
 """CPU latency of hetc (default schedules; tuned with --db) vs onnxruntime and TVM's default build.
 
     python benchmarks/cpu_latency.py [--models a,b] [--torch-models DIR] [--db DIR] [--repeat N]
-                                     [--skip-tvm] [--tvm-budget S] [--json out.json]
+                                     [--skip-tvm] [--tvm-budget S] [--skip-corun] [--json out.json]
 
 Writes each model (examples/models.py; with --torch-models, also the .onnx files of
 examples/torch_models.py in DIR), then per model: onnxruntime (CPU EP, one thread per physical
@@ -12,8 +12,11 @@ runs stop once --tvm-budget seconds and 3 runs are spent; such cells are marked 
 column uses the FLOP count of hetc's compile report; % peak is of the fastest 4096x4096 float32
 matmul (numpy's OpenBLAS, also forced to AVX-512, and onnxruntime; all cores and one core x
 cores; at start and at end: see measure_peak); rel err is max |x - ort| / max |ort| over the
-outputs. A failure is recorded in its cell and the run goes on. The machine's speed drifts:
-compare only numbers from one run.
+outputs. Then the co-run table: hetc and onnxruntime (its default spinning workers) each alone,
+then alternating call by call in one process, as an application that uses both runs them
+(``hetc.benchmark.co_run``). Titles name the ISA (LLVM's mcpu, float32 lanes). A failure is
+recorded in its cell and the run goes on. The machine's speed drifts: compare only numbers
+from one run.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import hetc
 from hetc.backends.cpu.codegen import llvm_target
 from hetc.backends.cpu.runtime import from_executable
-from hetc.benchmark import compare_with_onnxruntime, ort_session
+from hetc.benchmark import co_run, compare_with_onnxruntime, cpu_features, ort_session
 from hetc.errors import last_line
 from hetc.native_log import filtered_stderr
 from hetc.options import CompileOptions, default_threads
@@ -66,7 +69,8 @@ def machine_info() -> dict:
                    if ln.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return {"cpu": cpu, "physical_cores": psutil.cpu_count(logical=False), "logical_cpus": psutil.cpu_count(),
+    return {"cpu": cpu, **cpu_features(), "physical_cores": psutil.cpu_count(logical=False),
+            "logical_cpus": psutil.cpu_count(),
             "threads": default_threads(), "platform": platform.platform(), "python": platform.python_version(),
             "versions": {"hetc": hetc.__version__, "tvm": tvm.__version__, "onnxruntime": onnxruntime.__version__,
                          "onnx": onnx.__version__, "numpy": np.__version__}}
@@ -200,6 +204,15 @@ def bench_model(path: Path, inputs: dict[str, np.ndarray], args) -> tuple[float 
             cells[key].update(measured["hetc"], ort_ms=measured["onnxruntime"]["median_ms"])
         if key == "hetc":
             cells["ort"].update(measured["onnxruntime"])
+    if "hetc" in compiled and "error" not in cells["ort"] and not args.skip_corun:
+        # an application that uses both: onnxruntime with its default (spinning) workers
+        try:
+            spinning = ort_session(path, default_threads(), spinning=True)
+            corun = co_run({"hetc": lambda: compiled["hetc"].run(inputs),
+                            "ort": lambda: spinning.run(None, dict(inputs))}, args.repeat)
+            cells["hetc"]["corun"], cells["ort"]["corun"] = corun["hetc"], corun["ort"]
+        except Exception as err:  # noqa: BLE001
+            cells["hetc"]["corun"] = {"error": one_line(err)}
     compiled.clear()
 
     if "tvm" in cells:
@@ -251,8 +264,9 @@ def print_table(rows: list[dict], args) -> None:
     def num(value, digits: int = 3) -> str:
         return "" if value is None else f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
 
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, title=f"CPU latency: median of {args.repeat} runs, {args.threads} threads, "
-                                             f"peak {args.peak:.0f} GFLOP/s")
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
+                  title=f"CPU latency ({args.isa}): median of {args.repeat} runs, {args.threads} threads, "
+                        f"peak {args.peak:.0f} GFLOP/s")
     for col in ("model", "GFLOP", "runtime", "build s", "ms", "GFLOP/s", "%peak", "x ort", "err"):
         table.add_column(col, justify="left" if col in {"model", "runtime"} else "right", no_wrap=True)
     errors: list[str] = []
@@ -273,6 +287,25 @@ def print_table(rows: list[dict], args) -> None:
                   soft_wrap=True)
     for line in errors:
         console.print(line, soft_wrap=True, markup=False)
+    print_corun(rows, args, console)
+
+
+def print_corun(rows: list[dict], args, console: Console) -> None:
+    """hetc and onnxruntime each alone, then alternating call by call in one process."""
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
+                  title=f"Co-run ({args.isa}): alone vs alternating with the other in one process, "
+                        f"onnxruntime spinning (its default); medians of {args.repeat}")
+    for col in ("model", "hetc alone", "hetc co-run", "x", "ort alone", "ort co-run", "x"):
+        table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
+    for row in rows:
+        h, o = (row["results"].get(k, {}).get("corun") for k in ("hetc", "ort"))
+        if h and o and "error" not in h:
+            table.add_row(row["model"], f"{h['alone_ms']:.3g}", f"{h['corun_ms']:.3g}", f"{h['corun_over_alone']:.2f}",
+                          f"{o['alone_ms']:.3g}", f"{o['corun_ms']:.3g}", f"{o['corun_over_alone']:.2f}")
+        elif h:
+            table.add_row(row["model"], h.get("error", "")[:60], "", "", "", "", "")
+    if table.rows:
+        console.print(table)
 
 
 def main() -> int:
@@ -283,6 +316,8 @@ def main() -> int:
                         "'{model}' in it is replaced by each model's name (one database per model)")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--skip-tvm", action="store_true", help="leave out TVM's default build")
+    parser.add_argument("--skip-corun", action="store_true",
+                        help="leave out the co-run table (hetc alternating with a spinning onnxruntime)")
     parser.add_argument("--tvm-budget", type=float, default=20.0, help="seconds of TVM runs per model (>= 3 runs)")
     parser.add_argument("--work", type=Path, help="where to write the models (default: a temporary directory)")
     parser.add_argument("--json", type=Path, default=Path("cpu_latency.json"))
@@ -297,6 +332,7 @@ def main() -> int:
 
     machine = machine_info()
     args.threads = machine["threads"]
+    args.isa = f"{machine['llvm_mcpu']}, {machine['float32_lanes']} float32 lanes"
     print(f"{machine['cpu']}, {machine['physical_cores']} cores; measuring peak (4096^2 sgemm) ...", flush=True)
     peaks = {f"start:{k}": v for k, v in measure_peak(args.threads).items()}
     print(", ".join(f"{k} {v:.1f}" for k, v in peaks.items()) + " GFLOP/s", flush=True)
@@ -318,7 +354,7 @@ def main() -> int:
     for cell in (c for row in rows for c in row["results"].values() if "gflops" in c):
         cell["pct_peak"] = 100 * cell["gflops"] / args.peak
     print_table(rows, args)
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "peak"}
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in ("peak", "isa")}
     args.json.write_text(json.dumps({"machine": {**machine, "peak_gflops": args.peak, "peak_measured_gflops": peaks},
                                      "settings": settings, "rows": rows}, indent=2) + "\n")
     print(f"wrote {args.json}")

@@ -40,37 +40,12 @@ sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import hetc  # noqa: E402
-from hetc.benchmark import in_blocks, ort_session  # noqa: E402
+from hetc.benchmark import cpu_features, in_blocks, ort_session  # noqa: E402
 from hetc.options import CompileOptions  # noqa: E402
 
 TOLERANCE = 1e-4  # max |hetc - ort| / max |ort| per output
 BERT_DIMS = {"batch": (1, 8), "seq": (1, 512)}
 RESNET_DIMS = {"batch": (1, 8)}
-
-
-def cpu_features() -> dict:
-    """The CPU model and SIMD features: what /proc/cpuinfo lists and what LLVM targets."""
-    import tvm
-
-    from hetc.backends.cpu.codegen import llvm_target
-    from hetc.backends.cpu.schedules import simd_lanes
-
-    flags, model = set(), ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-            if line.startswith("model name") and not model:
-                model = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    target = llvm_target(CompileOptions())
-    simd = [f for f in ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-                        "avx512_bf16", "amx_tile") if f in flags]
-    return {"cpu_model": model, "cpuinfo_simd": simd, "llvm_mcpu": str(target.attrs.get("mcpu", "")),
-            "float32_lanes": simd_lanes(target),
-            "llvm_has": {f: bool(tvm.target.codegen.target_has_features(f, target))
-                         for f in ("avx2", "fma", "avx512f")}}
 
 
 def rel_err(got, want) -> float:

@@ -78,6 +78,46 @@ def in_blocks(runners: Mapping[str, Callable[[], object]], repeat: int, warmup: 
     return times
 
 
+def cpu_features() -> dict:
+    """The CPU model and SIMD features: what /proc/cpuinfo lists and what LLVM targets."""
+    import tvm
+
+    from .backends.cpu.codegen import llvm_target
+    from .backends.cpu.schedules import simd_lanes
+    from .options import CompileOptions
+
+    flags, model = set(), ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+            if line.startswith("model name") and not model:
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    target = llvm_target(CompileOptions())
+    simd = [f for f in ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                        "avx512_bf16", "amx_tile") if f in flags]
+    return {"cpu_model": model, "cpuinfo_simd": simd, "llvm_mcpu": str(target.attrs.get("mcpu", "")),
+            "float32_lanes": simd_lanes(target),
+            "llvm_has": {f: bool(tvm.target.codegen.target_has_features(f, target))
+                         for f in ("avx2", "fma", "avx512f")}}
+
+
+def co_run(runners: Mapping[str, Callable[[], object]], repeat: int, warmup: int = 2) -> dict[str, dict]:
+    """Each runner alone (``in_blocks``) and then all of them taking turns call by call in this
+    process (``in_turns``), as an application that uses both hetc and onnxruntime runs them
+    (give onnxruntime its default spinning: ``ort_session(spinning=True)``):
+    ``{name: {"alone_ms", "corun_ms", "corun_over_alone"}}`` (medians)."""
+    alone = in_blocks(runners, repeat, warmup)
+    together = in_turns(runners, repeat, warmup)
+    out = {}
+    for name in runners:
+        a, c = statistics.median(alone[name]), statistics.median(together[name])
+        out[name] = {"alone_ms": a, "corun_ms": c, "corun_over_alone": c / a}
+    return out
+
+
 def compare_with_onnxruntime(model: Path, compiled, inputs: Mapping[str, np.ndarray], repeat: int = 10,
                              warmup: int = 2, session=None) -> dict:
     """``{"results": {"hetc": {...}, "onnxruntime": {...}}, "hetc_over_ort": ratio}`` in ms.
