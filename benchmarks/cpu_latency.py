@@ -63,13 +63,9 @@ def machine_info() -> dict:
     import psutil
     import tvm
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                   if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, **cpu_features(), "physical_cores": psutil.cpu_count(logical=False),
+    features = cpu_features()  # /proc/cpuinfo's model name and SIMD flags, LLVM's mcpu and lanes
+    cpu = features["cpu_model"] or platform.processor() or platform.machine()
+    return {"cpu": cpu, **features, "physical_cores": psutil.cpu_count(logical=False),
             "logical_cpus": psutil.cpu_count(),
             "threads": default_threads(), "platform": platform.platform(), "python": platform.python_version(),
             "versions": {"hetc": hetc.__version__, "tvm": tvm.__version__, "onnxruntime": onnxruntime.__version__,

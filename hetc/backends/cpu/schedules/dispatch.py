@@ -53,10 +53,17 @@ def _top(realize) -> tuple[SBlock, list]:
     return block, list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
 
 
-def _packing(stmts: list) -> tuple[list, list]:
-    """(the weight packing statements, the rest)."""
-    packs = [st for st in stmts if PREPROC in st.script()]
-    return packs, [st for st in stmts if not any(st.same_as(p) for p in packs)]
+def _packing(stmts: list) -> tuple[list, list, list[str]]:
+    """(the weight packing statements, the rest, the buffers they write, in order)."""
+    packs, rest, names = [], [], []
+    for st in stmts:
+        text = st.script()
+        if PREPROC in text:
+            packs.append(st)
+            names += _WRITES.findall(text)
+        else:
+            rest.append(st)
+    return packs, rest, names
 
 
 def _seq(stmts: list):
@@ -68,10 +75,8 @@ def _combine(general: tirx.PrimFunc, special: tirx.PrimFunc, cond) -> tirx.PrimF
         return None
     root_g, stmts_g = _top(general.body)
     root_s, stmts_s = _top(special.body)
-    packs_g, rest_g = _packing(stmts_g)
-    packs_s, rest_s = _packing(stmts_s)
-    names_g = [n for st in packs_g for n in _WRITES.findall(st.script())]
-    names_s = [n for st in packs_s for n in _WRITES.findall(st.script())]
+    packs_g, rest_g, names_g = _packing(stmts_g)
+    _, rest_s, names_s = _packing(stmts_s)
     if len(names_g) != len(names_s) or not rest_s or not rest_g:
         return None
     packed_s = {b.name: b for b in root_s.alloc_buffers if b.name in names_s}

@@ -129,7 +129,7 @@ def one_row_dispatch(func: tirx.PrimFunc, general: tirx.PrimFunc, lanes: int) ->
     one-row schedule of ``func`` (the default tile's columns, one row, no padding) in one
     function, the one-row loops taken when the row count is 1 (a decoding step), sharing the
     packed weights (``dispatch.py``). GPT-2's weight matmuls at one row ran 10-20% faster than
-    on the padded multi-row tile, as fast as in a build with one static row. None where it
+    on the padded multi-row tile (Zen 5, AVX-512), as fast as in a build with one static row. None where it
     does not apply (static rows, or a one-row default tile)."""
     info: dict = {}
     try:
@@ -145,8 +145,8 @@ def one_row_dispatch(func: tirx.PrimFunc, general: tirx.PrimFunc, lanes: int) ->
 def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
               one_row: dict | None = None) -> bool:
     """The rule. With ``one_row`` (a dict), the tile is cut to one row of the default tile's
-    columns (same weight packing) and ``one_row`` gets the row count ``"rows"`` (a PrimExpr)
-    and the default tile (``"tile"``); it declines unless the rows are symbolic."""
+    columns (same weight packing) and ``one_row["rows"]`` gets the row count (a PrimExpr); it
+    declines unless the rows are symbolic."""
     reductions = [b for b in infos if b.is_reduction()]
     if len(reductions) != 1:
         return False
@@ -168,7 +168,6 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     transposed = []  # (read index, position of j): run-time operands with j before k (K in Q @ K^T)
     shared = []  # index lists of operands loaded once per tile column and reused by every row
     runtime_j = False  # a run-time operand is indexed by j
-    reduce_vars = [it.var for it in main.iters if it.kind == "R"]
     row_var = spatial[-2].var if len(spatial) > 1 else None
     for idx, read in enumerate(block.reads):
         indices = [r.min for r in read.region]
@@ -181,7 +180,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
             packs.append((idx, pos))
         elif pos != len(indices) - 1:
             last = indices[-1]
-            if pos is None or not any(isinstance(last, tirx.Var) and last.same_as(v) for v in reduce_vars):
+            if pos is None or not any(isinstance(last, tirx.Var) and last.same_as(it.var) for it in reduce):
                 return False  # j is strided in a runtime operand in a way a panel copy cannot fix
             transposed.append((idx, pos))  # copied per panel, j last, inside the kernel (below)
             runtime_j = True
@@ -214,7 +213,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     if one_row is not None:
         if not rows_axes or _static(rows_axes[0]) or tile.rows == 1:
             return False
-        one_row.update(rows=math.prod([it.dom for it in spatial if id(it) in row_ids]), tile=tile)
+        one_row["rows"] = math.prod([it.dom for it in spatial if id(it) in row_ids])
         tile = Tile(1, tile.vj, tile.width)
 
     # Symbolic rows (seq) or columns: the contraction runs on operands padded to whole tiles
@@ -291,8 +290,8 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     outer = [loops[it.var] for it in batch]
     # Panel major over rows that are all symbolic (batch x seq into a weight matmul): every
     # row loop goes inside the panel loop, so that each weight panel is streamed once for all
-    # rows. With the batch outside, each batch row re-streamed every panel (BERT-base at 4x64:
-    # its 768x768 projections ran 1.8x slower than the static build).
+    # rows. With the batch outside, each batch row re-streamed every panel (BERT-base at 4x64
+    # on a Zen 3, AVX2: its 768x768 projections ran 1.8x slower than the static build).
     rows_inside = panel_major and outer and not shared_batch
     if rows_inside:
         sch.reorder(tile_loops[0], *outer, *tile_loops[1:], *r_loops, *([ii] if ii is not None else []), ji)
@@ -315,7 +314,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
         # The tile is stored whole into the padded result; the copy out of it with the epilogue
         # is a separate pass. (Computed at the tile under a guard on the real rows, the
         # accumulator stays a static tile but the kernel ran 1.7x slower on a 256x768x3072
-        # matmul: LLVM no longer keeps the guarded tile in registers.)
+        # matmul on a Zen 3, AVX2: LLVM no longer keeps the guarded tile in registers.)
         epilogue = acc
         tail = inline_chain(sch, unpad[0], infos, main, unpad[1:])
         schedule_spatial(sch, tail, lanes)
