@@ -228,6 +228,32 @@ def _physical_cores() -> int:
     return max(1, len(cores) or os.cpu_count() or 1)
 
 
+def default_threads() -> int:
+    """Threads of a part that does not name its own: ``TVM_NUM_THREADS``, else the physical cores."""
+    value = os.environ.get("TVM_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else _physical_cores()
+
+
+def install_pool(library: Path, threads: int = 0) -> bool:
+    """Switch the CPU library at ``library``, already loaded by ``tvm.runtime.load_module``, to
+    hetc's thread pool (``hetc/backends/cpu/pool.cc``, linked into every CPU library hetc
+    writes) with ``threads`` threads (0: ``default_threads()``). TVM points the library's
+    parallel loops at its own pool at every load, so call this after each load. False (TVM's
+    pool stays) for a library without hetc's pool (written by an older hetc) or one whose loops
+    need TVM's barrier. ``HETC_POOL=tvm`` keeps TVM's pool everywhere."""
+    if os.environ.get("HETC_POOL", "") == "tvm":
+        return False
+    import ctypes
+
+    try:
+        handle = ctypes.CDLL(str(library))  # the handle TVM's load opened (the same file is not loaded twice)
+        install = handle.hetc_pool_install
+    except (OSError, AttributeError):
+        return False
+    install.argtypes, install.restype = [ctypes.c_int], ctypes.c_int
+    return install(threads or default_threads()) == 0
+
+
 def import_runtime():
     """Import numpy and TVM (runtime library only); one-line errors where they are missing."""
     os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")
@@ -313,6 +339,7 @@ class Part:
         try:
             with _QuietStderr():
                 library = tvm.runtime.load_module(str(root / part["library"]))
+                install_pool(root / part["library"], part.get("threads", 0))
                 self.vm = vm_class(library, self.devices)
         except Exception as err:  # noqa: BLE001 - TVM raises its own error classes
             raise RunError(f"{root}: cannot load part '{part['name']}' ({part['library']}): "

@@ -9,6 +9,7 @@ import tvm
 from ...errors import CompileError, last_line
 from ...native_log import filtered_stderr
 from ...options import CompileOptions
+from .pool import pool_object
 
 
 def llvm_target(options: CompileOptions) -> tvm.target.Target:
@@ -58,6 +59,7 @@ def build(mod: tvm.IRModule, options: CompileOptions):
 
 
 def export(executable, path: Path, options: CompileOptions | None = None) -> None:
-    """Write the executable as a shared library (links with g++)."""
+    """Write the executable as a shared library (links with g++), hetc's thread pool linked in
+    (``pool.py``; switched on after loading: ``hetc.runtime.standalone.install_pool``)."""
     with filtered_stderr():
-        executable.export_library(str(path))
+        executable.export_library(str(path), addons=[pool_object()])

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...runtime import vm
+from . import codegen
 
 
 def load(path: Path, threads: int = 0, devices: Sequence[str] = ()) -> vm.VMRunner:
@@ -15,4 +16,5 @@ def load(path: Path, threads: int = 0, devices: Sequence[str] = ()) -> vm.VMRunn
 
 
 def from_executable(executable, threads: int = 0, devices: Sequence[str] = ()) -> vm.VMRunner:
-    return vm.VMRunner(executable, list(devices) or ["cpu:0"], threads)
+    """A runner that writes ``executable`` as a library at its first call (``vm.VMRunner``)."""
+    return vm.VMRunner(executable, list(devices) or ["cpu:0"], threads, export=codegen.export)

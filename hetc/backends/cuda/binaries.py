@@ -31,6 +31,7 @@ import tvm_ffi
 
 from ...errors import CompileError, last_line
 from ...native_log import filtered_stderr
+from ..cpu.pool import pool_object
 
 SOURCE_FORMAT = "cuda"  # what TVM stores: CUDA C++ compiled at load time
 BINARY_FORMAT = "fatbin"
@@ -166,7 +167,7 @@ def export_library(executable, path: Path, archs: Sequence[str]) -> None:
     sources = [m.inspect_source("cuda") for m in cuda_modules(executable.mod)]
     if not sources:
         with filtered_stderr():
-            executable.export_library(str(path))
+            executable.export_library(str(path), addons=[pool_object()])
         return
     binaries = {src: compile_fatbin(src, archs) for src in dict.fromkeys(sources)}
 
@@ -181,7 +182,7 @@ def export_library(executable, path: Path, archs: Sequence[str]) -> None:
 
     try:
         with filtered_stderr():
-            executable.export_library(str(path), fpack_imports=pack_imports)
+            executable.export_library(str(path), fpack_imports=pack_imports, addons=[pool_object()])
     except CompileError:
         raise
     except Exception as err:

@@ -1,0 +1,165 @@
+"""hetc's CPU thread pool (hetc/backends/cpu/pool.cc) and the fixed cost of a call
+(hetc/runtime/vm.py): correctness only; their speed is measured by benchmarks/cpu_latency.py."""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+
+import numpy as np
+import pytest
+import tvm
+from conftest import assert_close, ort_run
+from onnx import helper
+from onnx_util import make, tensor
+
+import hetc
+from hetc.backends.cpu import codegen
+from hetc.runtime import vm
+from hetc.runtime.standalone import install_pool
+
+
+def _stats(library) -> tuple[int, int]:
+    lib = ctypes.CDLL(str(library))
+    launches, worker_chunks = ctypes.c_uint64(), ctypes.c_uint64()
+    lib.hetc_pool_stats(ctypes.byref(launches), ctypes.byref(worker_chunks))
+    return launches.value, worker_chunks.value
+
+
+@pytest.fixture(scope="module")
+def cnn(examples, tmp_path_factory):
+    """The example CNN (parallel loops in every convolution), saved with two threads."""
+    out = tmp_path_factory.mktemp("pool") / "cnn"
+    hetc.compile(examples / "cnn.onnx", target="cpu", num_threads=2).save(out)
+    return out, dict(np.load(examples / "cnn_inputs.npz"))
+
+
+def test_parallel_loops_run_on_hetc_pool_with_its_workers(cnn, examples):
+    root, inputs = cnn
+    model = hetc.load(root)
+    expected = ort_run(examples / "cnn.onnx", inputs)
+    before, _ = _stats(root / "cpu" / "model.so")
+    for _ in range(200):
+        outputs = model.run(inputs)
+    launches, worker_chunks = _stats(root / "cpu" / "model.so")
+    assert launches - before >= 200  # every call's loops went through the pool, not TVM's
+    assert worker_chunks > 0  # and its worker took part
+    for got, want in zip(outputs.values(), expected):
+        assert_close(got, want)
+
+
+def test_a_forked_child_runs_on_a_pool_of_its_own(cnn):
+    root, inputs = cnn
+    model = hetc.load(root)
+    want = model.run(inputs)  # the parent's workers exist now; the child has none of them
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        got = pool.apply_async(_run_in_child, (str(root), inputs)).get(timeout=120)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+
+
+def _run_in_child(root: str, inputs):
+    return hetc.load(root).run(inputs)
+
+
+def test_tvm_pool_is_kept_for_libraries_without_hetc_pool(examples, tmp_path, monkeypatch):
+    compiled = hetc.compile(examples / "cnn.onnx", target="cpu")
+    executable = compiled._runners[0].module  # before the first call: the executable itself
+    inputs = dict(np.load(examples / "cnn_inputs.npz"))
+    (want,) = compiled.run(inputs).values()
+    plain = tmp_path / "plain.so"  # as an older hetc wrote them: TVM's pool stays
+    executable.export_library(str(plain))
+    got = vm.load(plain, ["cpu:0"])(list(inputs.values()))
+    assert not install_pool(plain, 2)
+    np.testing.assert_array_equal(got[0], want)
+    pooled = tmp_path / "pooled.so"
+    codegen.export(executable, pooled)
+    tvm.runtime.load_module(str(pooled))
+    monkeypatch.setenv("HETC_POOL", "tvm")  # the documented way back to TVM's pool
+    assert not install_pool(pooled, 2)
+    monkeypatch.delenv("HETC_POOL")
+    assert install_pool(pooled, 2)
+
+
+def test_compiled_runner_uses_a_library_not_the_jit(examples):
+    compiled = hetc.compile(examples / "mlp.onnx", target="cpu")
+    runner = compiled._runners[0]
+    assert [m.kind for m in runner.module.mod.imports] == ["llvm"]  # TVM would JIT this
+    compiled.run(dict(np.load(examples / "mlp_inputs.npz")))
+    assert [m.kind for m in runner.module.imports] == ["library"]  # written with the pool linked in, loaded
+
+
+# -- the fixed cost of a call: inputs and outputs are not copied where they need not be ------
+
+def _identity_twice():
+    nodes = [helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Relu", ["x"], ["b"]),
+             helper.make_node("Identity", ["b"], ["c"])]
+    return make(nodes, [tensor("x", [4, 6])], [tensor("a", [4, 6]), tensor("b", [4, 6]),
+                                              tensor("c", [4, 6])])
+
+
+@pytest.mark.parametrize("layout", ["aligned", "unaligned", "strided"])
+def test_outputs_own_their_memory_whatever_the_inputs(layout):
+    model = _identity_twice()
+    compiled = hetc.compile(model, target="cpu")
+    base = np.random.default_rng(0).standard_normal(64 * 6).astype(np.float32)
+    if layout == "aligned":
+        raw = np.empty(24 * 4 + 64, np.uint8)
+        start = -raw.ctypes.data % 64
+        x = raw[start:start + 96].view(np.float32).reshape(4, 6)
+        x[...] = base[:24].reshape(4, 6)
+        assert x.ctypes.data % 64 == 0
+    elif layout == "unaligned":
+        x = base[1:25].reshape(4, 6)
+        assert x.ctypes.data % 64 != 0
+    else:
+        x = base[:48].reshape(6, 8).T[:4]  # not contiguous
+    keep = x.copy()
+    first = compiled.run({"x": x})
+    want = ort_run(model, {"x": keep})
+    for got, ref in zip(first.values(), want):
+        np.testing.assert_array_equal(got, ref)
+        assert got.flags.writeable and not np.may_share_memory(got, x)
+    assert not np.may_share_memory(first["b"], first["c"])  # one tensor returned twice: two arrays
+    first["a"][...] = 0  # writing an output changes neither the input ...
+    np.testing.assert_array_equal(x, keep)
+    second = compiled.run({"x": -x})  # ... nor is the output changed by the next call
+    np.testing.assert_array_equal(first["b"], np.maximum(keep, 0))
+    np.testing.assert_array_equal(second["a"], -keep)
+
+
+def test_inputs_of_every_dtype_and_shape_still_checked():
+    model = make([helper.make_node("Add", ["x", "y"], ["z"])], [tensor("x", [2, 3]), tensor("y", [2, 3])],
+                 [tensor("z", [2, 3])])
+    compiled = hetc.compile(model, target="cpu")
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(hetc.errors.InputError, match="dtype float64"):
+        compiled.run({"x": x, "y": x.astype(np.float64)})
+    with pytest.raises(hetc.errors.InputError, match=r"dim 1 is 4, not 3"):
+        compiled.run({"x": x, "y": np.ones((2, 4), np.float32)})
+    with pytest.raises(hetc.errors.InputError, match="missing input"):
+        compiled.run({"x": x, "w": x})
+    np.testing.assert_array_equal(compiled.run({"x": x, "y": x.tolist()} | {"y": x})["z"], 2 * x)
+    with pytest.raises(hetc.errors.InputError, match="dtype float64"):  # a list is not float32
+        compiled.run({"x": x, "y": x.tolist()})
+
+
+def test_pool_size_follows_the_environment(examples, tmp_path):
+    """TVM_NUM_THREADS=1 (or num_threads=1): loops run inline in the caller, no worker."""
+    out = tmp_path / "one"
+    hetc.compile(examples / "cnn.onnx", target="cpu", num_threads=1).save(out)
+    code = ("import sys, numpy as np, hetc, ctypes\n"
+            f"m = hetc.load({str(out)!r}); x = dict(np.load({str(examples / 'cnn_inputs.npz')!r}))\n"
+            "for _ in range(50): m.run(x)\n"
+            f"lib = ctypes.CDLL({str(out / 'cpu' / 'model.so')!r})\n"
+            "a, b = ctypes.c_uint64(), ctypes.c_uint64(); lib.hetc_pool_stats(ctypes.byref(a), ctypes.byref(b))\n"
+            "print(a.value, b.value)\n")
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TVM_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "0"]  # inline: nothing launched on the pool
