@@ -54,7 +54,8 @@ def device(spec: str, needed_by: str = "this artifact"):
 
 
 class VMRunner:
-    """Calls ``main`` with numpy arrays (copied to the first device), returns numpy arrays."""
+    """Calls ``main`` with numpy arrays, returns numpy arrays (copied to and from a GPU; on the CPU
+    shared with the VM where that is safe: ``__call__``)."""
 
     def __init__(self, module, devices: Sequence[str], threads: int = 0, export=None) -> None:
         """``module``: a loaded library, or an executable; ``export``: ``(executable, path)``
