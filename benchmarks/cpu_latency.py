@@ -58,12 +58,14 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {last_line(err)}"[:300]
 
 
-def machine_info() -> dict:
+def machine_info(cpu: str | None = None) -> dict:
     import onnxruntime
     import psutil
     import tvm
 
     features = cpu_features()  # /proc/cpuinfo's model name and SIMD flags, LLVM's mcpu and lanes
+    if cpu:
+        features |= {"hetc_mcpu": cpu, "hetc_float32_lanes": cpu_features(cpu)["float32_lanes"]}
     cpu = features["cpu_model"] or platform.processor() or platform.machine()
     return {"cpu": cpu, **features, "physical_cores": psutil.cpu_count(logical=False),
             "logical_cpus": psutil.cpu_count(),
@@ -171,7 +173,7 @@ def bench_model(path: Path, inputs: dict[str, np.ndarray], args) -> tuple[float 
             continue
         try:
             start = time.perf_counter()
-            compiled[key] = hetc.compile(path, "cpu", database=database)
+            compiled[key] = hetc.compile(path, "cpu", database=database, cpu=args.cpu)
             cells[key]["compile_s"] = time.perf_counter() - start
             flops = flops or compiled[key].report["graph"]["flops"]
             outputs = list(compiled[key].run(inputs).values())
@@ -317,6 +319,9 @@ def main() -> int:
     parser.add_argument("--tvm-budget", type=float, default=20.0, help="seconds of TVM runs per model (>= 3 runs)")
     parser.add_argument("--work", type=Path, help="where to write the models (default: a temporary directory)")
     parser.add_argument("--json", type=Path, default=Path("cpu_latency.json"))
+    parser.add_argument("--cpu", help="compile hetc's code for this LLVM CPU instead of this machine's "
+                                      "(haswell: AVX2 code on an AVX-512 machine; onnxruntime still "
+                                      "picks its kernels from this CPU)")
     args = parser.parse_args()
     if args.torch_models and not args.torch_models.is_dir():
         parser.error(f"--torch-models {args.torch_models}: not a directory")
@@ -326,9 +331,19 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(models.ALL_MODELS)}")
 
-    machine = machine_info()
+    if args.cpu:
+        from hetc.errors import UsageError
+        from hetc.options import check_cpu
+
+        try:
+            check_cpu(args.cpu)
+        except UsageError as err:
+            parser.error(str(err))
+    machine = machine_info(args.cpu)
     args.threads = machine["threads"]
     args.isa = f"{machine['llvm_mcpu']}, {machine['float32_lanes']} float32 lanes"
+    if args.cpu:
+        args.isa += f"; hetc's code for {args.cpu} ({machine['hetc_float32_lanes']} lanes)"
     print(f"{machine['cpu']}, {machine['physical_cores']} cores; measuring peak (4096^2 sgemm) ...", flush=True)
     peaks = {f"start:{k}": v for k, v in measure_peak(args.threads).items()}
     print(", ".join(f"{k} {v:.1f}" for k, v in peaks.items()) + " GFLOP/s", flush=True)

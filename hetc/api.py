@@ -27,6 +27,7 @@ from .graph import OpGraph, build_opgraph
 from .native_log import filtered_stderr
 from .options import CompileOptions, plan_values
 from .passes import run_pipeline
+from .backends.cpu.codegen import isa_record
 from .runtime.artifact import Manifest, Part
 from .runtime.model import CompiledModel, load
 from .targets import Target, TargetKind, get_target, parse_targets
@@ -117,6 +118,7 @@ def compile(
     dims: Mapping[str, Sequence[int]] | None = None,
     plan_shape: Mapping[str, int] | None = None,
     gears: Mapping[str, Sequence[int]] | None = None,
+    cpu: str | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model (path or ``ModelProto``) for ``target``.
 
@@ -142,7 +144,10 @@ def compile(
     JSON file of per-layer types. ``tp`` and/or ``pp`` (>= 2) compile a tensor- and/or
     pipeline-parallel CPU artifact whose run is ``tp x pp`` processes (docs/parallel.md), rank
     ``s * tp + t`` being tensor-parallel rank t of stage s; with ``pp``, ``micro_batches``
-    streams that many slices of the batch through the stages, so the stages overlap.
+    streams that many slices of the batch through the stages, so the stages overlap. ``cpu``
+    names the CPU the host code is for (an LLVM CPU such as "haswell" for AVX2 machines;
+    default: this machine's); the artifact records the instruction sets it uses, and loading
+    it on a CPU without them is refused (docs/cpu.md).
     """
     targets = parse_targets(target)
     if any(t.kind is TargetKind.EXTERNAL for t in targets) and not any(t.name == "cpu" for t in targets):
@@ -154,7 +159,8 @@ def compile(
                              None if calibration is None else str(calibration),
                              {k: (int(v[0]), int(v[1])) for k, v in (dims or {}).items()},
                              {k: int(v) for k, v in (plan_shape or {}).items()},
-                             {k: tuple(sorted({int(x) for x in v})) for k, v in (gears or {}).items()})
+                             {k: tuple(sorted({int(x) for x in v})) for k, v in (gears or {}).items()},
+                             cpu)
     if gears and not any(t.name == "ascend" for t in targets):
         raise UsageError("--gears chooses the shapes Ascend regions are built for; add the ascend target "
                          "(--target ascend,cpu)")
@@ -306,7 +312,7 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
         model=Path(loaded.name).name, targets=list(options.targets), inputs=loaded.inputs,
         outputs=loaded.outputs,
         parts=[Part("main", tgt.name, f"{tgt.device_type}:0", emulated=False, library=library,
-                    threads=options.num_threads)],
+                    threads=options.num_threads, cpu=isa_record(options) if tgt.name == "cpu" else {})],
         tvm_version=tvm.__version__, tvm_ffi_version=tvm_ffi.__version__,
         offloads=[record for o in offloads for record in o.records("main")],
         dims={k: list(v) for k, v in loaded.dims.items()},
@@ -372,7 +378,7 @@ def _compile_split(model: ModelSource, targets: list[Target], options: CompileOp
         model=Path(loaded.name).name, targets=list(options.targets), inputs=loaded.inputs,
         outputs=loaded.outputs,
         parts=[Part("main", host.name, devices[0], emulated=False, library=library, threads=options.num_threads,
-                    devices=devices)],
+                    devices=devices, cpu=isa_record(options))],
         tvm_version=tvm.__version__, tvm_ffi_version=tvm_ffi.__version__,
         offloads=[record for o in offloads for record in o.records("main")],
         dims={k: list(v) for k, v in loaded.dims.items()},

@@ -78,8 +78,9 @@ def in_blocks(runners: Mapping[str, Callable[[], object]], repeat: int, warmup: 
     return times
 
 
-def cpu_features() -> dict:
-    """The CPU model and SIMD features: what /proc/cpuinfo lists and what LLVM targets."""
+def cpu_features(cpu: str | None = None) -> dict:
+    """The CPU model and SIMD features: what /proc/cpuinfo lists and what LLVM targets (for
+    this machine, or for the LLVM CPU ``cpu``)."""
     import tvm
 
     from .backends.cpu.codegen import llvm_target
@@ -95,7 +96,7 @@ def cpu_features() -> dict:
                 model = line.split(":", 1)[1].strip()
     except OSError:
         pass
-    target = llvm_target(CompileOptions())
+    target = llvm_target(CompileOptions(cpu=cpu))
     simd = [f for f in ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
                         "avx512_bf16", "amx_tile") if f in flags]
     return {"cpu_model": model, "cpuinfo_simd": simd, "llvm_mcpu": str(target.attrs.get("mcpu", "")),

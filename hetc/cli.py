@@ -195,6 +195,9 @@ _mount_parallel()
 @click.option("--db", "database", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Tuning database written by `hetc tune`: use its best schedules.")
 @arch_option
+@click.option("--cpu", default=None, metavar="NAME",
+              help="CPU to generate code for (an LLVM CPU: haswell for AVX2, skylake-avx512, znver3, ...); "
+                   "default: this machine's. The artifact refuses to load where that CPU's instructions are missing.")
 @click.option("--placement", type=click.Path(path_type=Path), default=None, metavar="PLAN.json|auto|accelerator-first",
               help="With several targets: auto (default) places ops by cost (the solver); accelerator-first "
                    "gives every op the first accelerator supports to it; PLAN.json runs each op on the device "
@@ -219,7 +222,7 @@ _mount_parallel()
 def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_inputs, layout, threads: int,
                 database: Path | None, arch: str | None, placement: Path | None, precision: str | None,
                 calibration: Path | None, pins, device_specs, objective: str, tp: int, pp: int,
-                micro_batches: int, dims, plan_shape, gears, verbose: bool) -> None:
+                micro_batches: int, dims, plan_shape, gears, verbose: bool, cpu: str | None = None) -> None:
     """Compile MODEL (ONNX) into an artifact directory."""
     from . import api
     from .options import parse_arch
@@ -240,7 +243,7 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                            precision=precision, calibration=calibration, pins=_pins(pins),
                            devices=parse_device_specs(device_specs), objective=objective, tp=tp, pp=pp,
                            micro_batches=micro_batches, dims=_dim_ranges(dims), plan_shape=_plan_shape(plan_shape),
-                           gears=_gears(gears))
+                           gears=_gears(gears), cpu=cpu)
     out = compiled.save(output)
     if compiled.manifest.parallel:
         _print_parallel(compiled.manifest, out, time.perf_counter() - start)

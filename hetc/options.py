@@ -32,6 +32,9 @@ class CompileOptions:
     # the sizes Ascend regions are built for, per symbolic dim (--gears batch=1,8,32): CANN graphs
     # are static, or compiled for a list of shapes ("gears"); undeclared dims get default_gears
     gears: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # the CPU the LLVM code is for (an LLVM -mcpu name: haswell, znver3, skylake-avx512, ...);
+    # None = the compiling machine's. The CPU rules pick vector widths and tiles from it.
+    cpu: str | None = None
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -54,6 +57,8 @@ class CompileOptions:
             if name not in self.dims:
                 continue  # checked against the model's dims once it is loaded (check_gears)
             check_gears(name, values, self.dims[name])
+        if self.cpu is not None:
+            check_cpu(self.cpu)
         if self.calibration is not None:
             if self.precision not in (None, "fixed"):
                 raise UsageError("--calibration chooses fixed-point types: use it with --precision fixed "
@@ -63,6 +68,18 @@ class CompileOptions:
     @property
     def threads(self) -> int:
         return self.num_threads or default_threads()
+
+
+def check_cpu(name: str) -> None:
+    """UsageError unless LLVM knows the CPU ``name`` (for this machine's target triple)."""
+    import tvm
+
+    known = list(tvm.target.codegen.llvm_get_cpu_archlist(tvm.target.Target("llvm")))
+    if name not in known:
+        examples = [n for n in ("haswell", "skylake-avx512", "icelake-server", "sapphirerapids", "znver3",
+                                "znver4", "znver5") if n in known]
+        raise UsageError(f"unknown CPU {name!r} for --cpu; LLVM knows {len(known)} names, e.g. "
+                         f"{', '.join(examples or known[:6])}")
 
 
 def default_threads() -> int:

@@ -31,8 +31,10 @@ def test_save_then_load_in_fresh_process(compiled, examples, tmp_path):
     assert manifest["targets"] == ["cpu"]
     assert manifest["inputs"] == [{"name": "image", "shape": [2, 3, 32, 32], "dtype": "float32"}]
     assert manifest["outputs"] == [{"name": "logits", "shape": [2, 10], "dtype": "float32"}]
+    cpu = manifest["parts"][0].pop("cpu")  # the instruction sets the code uses (checked at load)
     assert manifest["parts"] == [{"name": "main", "target": "cpu", "device": "cpu:0", "emulated": False,
                                   "library": "cpu/model.so", "threads": 0}]
+    assert cpu["mcpu"] and "sse4_2" in cpu["features"]
     assert set(manifest["files"]) == {"cpu/model.so", "report.json", "plan.json"}
     assert [p.name for p in tmp_path.iterdir()] == ["art"]  # no temporary siblings left
 

@@ -163,3 +163,69 @@ def test_pool_size_follows_the_environment(examples, tmp_path):
                           env={**os.environ, "TVM_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0", "0"]  # inline: nothing launched on the pool
+
+
+# -- the CPU the code is for (--cpu) and the check when it is loaded ------------------------
+
+def _disassembly(library) -> str:
+    import shutil
+    import subprocess
+
+    if shutil.which("objdump") is None:
+        pytest.skip("no objdump to read the generated instructions")
+    return subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_code_for_an_avx2_cpu_has_no_avx512_and_still_matches(examples, tmp_path):
+    inputs = dict(np.load(examples / "cnn_inputs.npz"))
+    want = ort_run(examples / "cnn.onnx", inputs)
+    found = {}
+    for cpu in ("haswell", "skylake-avx512"):
+        out = hetc.compile(examples / "cnn.onnx", target="cpu", cpu=cpu).save(tmp_path / cpu)
+        code = _disassembly(out / "cpu" / "model.so")
+        found[cpu] = code.count("%zmm"), code.count("%ymm")
+        part = hetc.load(out).manifest.parts[0]
+        assert part.cpu["mcpu"] == cpu and "avx2" in part.cpu["features"]
+        assert ("avx512f" in part.cpu["features"]) == (cpu != "haswell")
+    assert found["haswell"][0] == 0 and found["haswell"][1] > 100  # 8-lane AVX2 code, no zmm register
+    assert found["skylake-avx512"][0] > 100
+    from hetc.runtime.standalone import host_cpu_flags
+
+    if {"avx2", "fma"} <= (host_cpu_flags() or set()):  # this CPU runs the AVX2 build
+        got = hetc.load(tmp_path / "haswell").run(inputs)
+        for a, b in zip(got.values(), want):
+            assert_close(a, b)
+
+
+def test_an_artifact_for_missing_instructions_is_refused_at_load(examples, tmp_path):
+    import json
+
+    from hetc.runtime.standalone import cpu_problem
+
+    out = hetc.compile(examples / "mlp.onnx", target="cpu").save(tmp_path / "a")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert cpu_problem(manifest["parts"][0], flags=set(manifest["parts"][0]["cpu"]["features"])) is None
+    problem = cpu_problem(manifest["parts"][0], flags={"sse4_2", "avx", "avx2", "fma"})
+    if "avx512f" in manifest["parts"][0]["cpu"]["features"]:
+        assert "avx512f" in problem and "--cpu haswell" in problem
+    manifest["parts"][0]["cpu"]["features"].append("hetc_test_missing_flag")  # no CPU has it
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(hetc.errors.ArtifactError, match="uses hetc_test_missing_flag, which this CPU lacks"):
+        hetc.load(out)
+    from conftest import run_cli
+
+    np.savez(tmp_path / "in.npz", **dict(np.load(examples / "mlp_inputs.npz")))
+    result = run_cli("run", out, "--inputs", tmp_path / "in.npz")
+    assert result.code != 0 and "which this CPU lacks" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_unknown_cpu_is_a_usage_error(examples, tmp_path):
+    from conftest import run_cli
+
+    with pytest.raises(hetc.errors.UsageError, match="unknown CPU 'pentium9000'"):
+        hetc.compile(examples / "mlp.onnx", target="cpu", cpu="pentium9000")
+    result = run_cli("compile", examples / "mlp.onnx", "-o", tmp_path / "out", "--cpu", "pentium9000")
+    assert result.code != 0 and "unknown CPU 'pentium9000'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

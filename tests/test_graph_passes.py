@@ -213,3 +213,66 @@ def test_small_integer_powers_become_products(exponent, capfd):
     if exponent == 2.5:
         x["x"] = np.abs(x["x"])
     assert_close(hetc.compile(model).run(x)["y"], ort_run(model, x)[0])
+
+
+def _batchnorm_model(dtype=np.float32):
+    """Conv then BatchNorm (folded into the conv's weight) and a BatchNorm on its own."""
+    rng = np.random.default_rng(3)
+    c = 6
+    inits = {"w": rng.standard_normal((c, 3, 3, 3)).astype(dtype)}
+    for prefix in ("a", "b"):
+        inits |= {f"{prefix}_scale": rng.standard_normal(c).astype(dtype),
+                  f"{prefix}_bias": rng.standard_normal(c).astype(dtype),
+                  f"{prefix}_mean": rng.standard_normal(c).astype(dtype),
+                  f"{prefix}_var": rng.uniform(0.1, 2.0, c).astype(dtype)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["y", "a_scale", "a_bias", "a_mean", "a_var"], ["z"]),
+             helper.make_node("Relu", ["z"], ["r"]),
+             helper.make_node("BatchNormalization", ["r", "b_scale", "b_bias", "b_mean", "b_var"], ["out"],
+                              epsilon=1e-3)]
+    return make(nodes, [tensor("x", [1, 3, 8, 8], dtype)], [tensor("out", [1, c, 8, 8], dtype)], inits)
+
+
+def test_numpy_folding_equals_tvm_folding_bit_for_bit():
+    """fold_numpy evaluates BatchNorm's parameter arithmetic (sqrt, divide, multiply, add of an
+    epsilon scalar, reshape) with numpy; FoldConstant, left alone, would build a kernel for each."""
+    from hetc.passes.fold_numpy import fold_numpy_pass
+
+    mod = to_relax(load_model(_batchnorm_model()))
+    stages = [s for s in inference_passes() + simplify_passes() if s.name not in ("fold_numpy",)]
+    before_fold = stages[:[s.name for s in stages].index("fold_constants")]
+    mod, _ = run_pipeline(mod, before_fold)
+    by_numpy = fold_numpy_pass(mod)
+    assert module_stats(by_numpy).relax_calls < module_stats(mod).relax_calls - 8
+    with tvm.transform.PassContext(opt_level=3):
+        by_tvm = relax.transform.FoldConstant()(mod)
+        both = relax.transform.FoldConstant()(by_numpy)
+    assert module_stats(both).relax_calls == module_stats(by_tvm).relax_calls  # nothing left over
+
+    def constants(m):
+        found = []
+
+        @relax.expr_functor.visitor
+        class Collect(relax.PyExprVisitor):
+            def visit_constant_(self, const):
+                found.append(const.value.numpy())
+
+        Collect().visit_expr(m["main"])
+        return sorted(found, key=lambda a: (a.shape, a.tobytes()))
+
+    ours, theirs = constants(both), constants(by_tvm)
+    assert [a.shape for a in ours] == [a.shape for a in theirs]
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_batchnorm_model_through_numpy_folding_matches_onnxruntime():
+    import hetc
+    from conftest import ort_run
+
+    model = _batchnorm_model()
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    compiled = hetc.compile(model, target="cpu")
+    stages = {s["stage"]: s for s in compiled.report["stages"]}
+    assert stages["fold_numpy"]["after"]["relax_calls"] < stages["fold_numpy"]["before"]["relax_calls"]
+    assert_close(compiled.run({"x": x})["out"], ort_run(model, {"x": x})[0])

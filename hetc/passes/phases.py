@@ -35,6 +35,7 @@ def inference_passes() -> list[Stage]:
 
 
 def simplify_passes() -> list[Stage]:
+    from .fold_numpy import fold_numpy_pass
     from .legalize_dynamic import legalize_dynamic_pass
     from .simplify_ops import simplify_ops_pass
 
@@ -44,6 +45,8 @@ def simplify_passes() -> list[Stage]:
               lambda: legalize_dynamic_pass),
         Stage("simplify_ops", "drop one-input concats; small integer powers as products",
               lambda: simplify_ops_pass),
+        Stage("fold_numpy", "evaluate cheap ops on constants with numpy (FoldConstant builds each)",
+              lambda: fold_numpy_pass),
         Stage("fold_constants", "evaluate subgraphs whose inputs are all constants",
               relax.transform.FoldConstant),
         Stage("canonicalize", "remove trivial bindings and aliases", relax.transform.CanonicalizeBindings),
@@ -54,6 +57,8 @@ def simplify_passes() -> list[Stage]:
 
 def layout_passes(layout: str | None) -> list[Stage]:
     """Convert conv layouts (each target picks its default; ``None`` or "NCHW" keeps ONNX's NCHW)."""
+    from .fold_numpy import fold_numpy_pass
+
     if layout in (None, "NCHW"):
         return []
     # Only conv2d is named; ConvertLayout carries the layout through pools and elementwise ops.
@@ -61,7 +66,9 @@ def layout_passes(layout: str | None) -> list[Stage]:
     return [
         Stage("convert_layout", f"convert conv/pool layouts to {layout}",
               lambda: _convert_conv_layout(desired)),
-        Stage("fold_layout_constants", "fold the weight transposes the layout change added",
+        Stage("fold_layout_numpy", "fold the weight transposes the layout change added (numpy)",
+              lambda: fold_numpy_pass),
+        Stage("fold_layout_constants", "fold what is left of them",
               relax.transform.FoldConstant),
     ]
 

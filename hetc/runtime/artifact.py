@@ -44,6 +44,10 @@ class Part:
     # order (the VM's device list; inputs go to the first). Empty for a one-device part; schema-1
     # manifests written before this field load with it empty.
     devices: list[str] = field(default_factory=list)
+    # A CPU part's instruction sets: {"mcpu": "znver5", "features": ["avx2", "avx512f", ...]}
+    # (/proc/cpuinfo names); loading on a CPU without one of them is refused. Empty: unchecked
+    # (other parts, and manifests written before this field).
+    cpu: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -94,8 +98,9 @@ class Manifest:
         for optional in ("offloads", "parallel", "dims", "gears"):
             if not data[optional]:
                 del data[optional]
-        # "devices" is written only for split parts: one-device manifests read as before.
-        data["parts"] = [{k: v for k, v in part.items() if k != "devices" or v} for part in data["parts"]]
+        # "devices" (split parts) and "cpu" (CPU parts) are written only where set: older manifests read as before.
+        data["parts"] = [{k: v for k, v in part.items() if k not in ("devices", "cpu") or v}
+                         for part in data["parts"]]
         data["inputs"] = [s.to_json() for s in self.inputs]
         data["outputs"] = [s.to_json() for s in self.outputs]
         return data

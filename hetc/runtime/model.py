@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ArtifactError, HetcError, InputError, last_line
 from ..targets import get_target
 from .artifact import Manifest, read_manifest, write_artifact
-from .standalone import shape_problem
+from .standalone import cpu_problem, shape_problem
 
 
 @dataclass
@@ -105,6 +105,9 @@ class CompiledModel:
 
 
 def _load_part(root: Path, part):
+    problem = cpu_problem({"name": part.name, "cpu": part.cpu})
+    if problem:
+        raise ArtifactError(f"{root}: {problem}")
     target = get_target(part.target)
     try:
         if part.devices:  # split by a placement: one VM over all its devices, driven by the host target

@@ -123,6 +123,9 @@ def _check_parts(value) -> list[dict]:
             raise TypeError("parts[].devices")
         if not isinstance(part.get("threads", 0), int):
             raise TypeError("parts[].threads")
+        cpu = part.get("cpu", {})
+        if not (isinstance(cpu, dict) and all(isinstance(f, str) for f in cpu.get("features", []))):
+            raise TypeError("parts[].cpu")
     return value
 
 
@@ -226,6 +229,33 @@ def _physical_cores() -> int:
         except OSError:
             return len(usable)
     return max(1, len(cores) or os.cpu_count() or 1)
+
+
+def host_cpu_flags() -> set[str] | None:
+    """This CPU's /proc/cpuinfo flags; None where there is no such file (checks are skipped)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return None
+
+
+def cpu_problem(part: dict, flags: set[str] | None = None) -> str | None:
+    """Why this CPU cannot run ``part`` (a manifest part whose ``cpu`` record lists the
+    instruction sets its code uses), or None. Run anyway, such code dies of SIGILL."""
+    record = part.get("cpu") or {}
+    flags = host_cpu_flags() if flags is None else flags
+    if not record or flags is None:
+        return None
+    missing = [f for f in record.get("features", []) if f not in flags]
+    if not missing:
+        return None
+    return (f"part '{part.get('name', 'main')}' was compiled for CPU {record.get('mcpu', '?')} and uses "
+            f"{', '.join(missing)}, which this CPU lacks; compile it on this machine, or with --cpu naming "
+            "a CPU this one can stand in for (e.g. --cpu haswell for AVX2)")
 
 
 def default_threads() -> int:
@@ -332,6 +362,9 @@ class Part:
     """One part's Relax VM: ``part(arrays)`` calls ``main`` and returns numpy arrays."""
 
     def __init__(self, root: Path, part: dict, tvm, vm_class) -> None:
+        problem = cpu_problem(part)
+        if problem:
+            raise RunError(f"{root}: {problem}")
         self.tvm = tvm
         self.devices = parse_devices(tvm, part)
         if part.get("threads", 0) > 0:

@@ -25,10 +25,29 @@ def llvm_target(options: CompileOptions) -> tvm.target.Target:
     ``x``: DynamicQuantizeLinear's ``round(x / scale)`` then missed onnxruntime's by a step."""
     return tvm.target.Target({
         "kind": "llvm",
-        "mcpu": tvm.target.codegen.llvm_get_system_cpu(),
+        "mcpu": options.cpu or tvm.target.codegen.llvm_get_system_cpu(),
         "num-cores": options.threads,
         "fast-math-reassoc": True,
     })
+
+
+# x86 instruction sets generated code may use: LLVM feature name -> /proc/cpuinfo flag.
+ISA_FLAGS = {"sse4.2": "sse4_2", "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c",
+             "avx512f": "avx512f", "avx512bw": "avx512bw", "avx512dq": "avx512dq", "avx512vl": "avx512vl",
+             "avx512vnni": "avx512_vnni", "avxvnni": "avx_vnni", "avx512bf16": "avx512_bf16",
+             "avx512fp16": "avx512_fp16", "amx-tile": "amx_tile"}
+
+
+def isa_record(options: CompileOptions) -> dict:
+    """What a CPU library needs of the CPU that runs it (the manifest part's ``cpu``):
+    ``{"mcpu": LLVM CPU, "features": [/proc/cpuinfo flags]}``; checked when it is loaded
+    (``hetc.runtime.standalone.cpu_problem``). Empty off x86."""
+    target = llvm_target(options)
+    if "x86" not in str(target.attrs.get("mtriple", "")) and "x86" not in tvm.target.codegen.llvm_get_system_triple():
+        return {}
+    features = [flag for feature, flag in ISA_FLAGS.items()
+                if tvm.target.codegen.target_has_features(feature, target)]
+    return {"mcpu": str(target.attrs["mcpu"]), "features": features}
 
 
 @tvm.transform.module_pass(opt_level=0, name="HetcShapeFuncNoAlias")

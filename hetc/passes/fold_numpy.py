@@ -1,0 +1,82 @@
+"""Constant folding of cheap Relax ops with numpy, before TVM's ``FoldConstant``.
+
+``FoldConstant`` evaluates each foldable call by legalizing it and building the kernel with
+LLVM, one build per distinct shape: ~35 ms each. The BatchNorms of a torchvision MobileNetV2
+export decompose into 417 such calls on constants (sqrt, divide, multiply, subtract, add,
+reshape of 52 BatchNorms' parameters), and folding them took 15 s of a 19 s compile on a Zen 5.
+numpy evaluates them in microseconds with the same IEEE results: each op here is one correctly
+rounded operation (or a copy), and broadcasting follows the same rules as Relax's.
+
+A call is folded when every argument is a constant (or a variable bound to one), the op is in
+``_UNARY``/``_BINARY``/``_LAYOUT``, its dtype is float32/float64 and numpy's result has the
+call's static shape and dtype; anything else is left to ``FoldConstant``. To add an op, add
+its numpy equivalent to one of the tables (only ops whose result numpy rounds exactly as
+TVM's kernel does: no transcendental functions, whose libm results may differ by an ulp).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+_UNARY = {"relax.sqrt": np.sqrt, "relax.negative": np.negative, "relax.abs": np.abs}
+_BINARY = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
+           "relax.divide": np.divide, "relax.maximum": np.maximum, "relax.minimum": np.minimum}
+_LAYOUT = {"relax.reshape", "relax.permute_dims", "relax.expand_dims", "relax.squeeze"}
+_DTYPES = {"float32", "float64"}
+
+
+@mutator
+class _Folder(PyExprMutator):  # pylint: disable=abstract-method
+    def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
+        call = super().visit_call_(call)
+        if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
+            return call
+        out = call.ty
+        if not (isinstance(out, relax.TensorType) and str(out.dtype) in _DTYPES):
+            return call
+        shape = [int(d) for d in out.shape] if out.shape is not None and all(
+            isinstance(d, tvm.tirx.IntImm) for d in out.shape) else None
+        if shape is None:
+            return call
+        value = self._evaluate(call, shape)
+        if value is None or list(value.shape) != shape or value.dtype.name != str(out.dtype):
+            return call
+        return relax.const(np.ascontiguousarray(value), str(out.dtype))
+
+    def _constant(self, arg) -> np.ndarray | None:
+        if isinstance(arg, relax.Var):
+            bound = self.lookup_binding(arg)
+            arg = bound if bound is not None else arg
+        if isinstance(arg, (tvm.tirx.FloatImm, tvm.tirx.IntImm)):  # a scalar such as BatchNorm's epsilon
+            return np.array(arg.value, dtype=str(arg.ty))
+        return arg.value.numpy() if isinstance(arg, tvm.ir.GenericConst) else None
+
+    def _evaluate(self, call: relax.Call, shape: list[int]) -> np.ndarray | None:
+        name = call.op.name
+        if name in _UNARY or name in _BINARY:
+            args = [self._constant(a) for a in call.args]
+            if any(a is None for a in args):
+                return None
+            with np.errstate(all="ignore"):  # inf/nan as the kernel would produce them
+                return (_UNARY.get(name) or _BINARY[name])(*args)
+        if name not in _LAYOUT:
+            return None
+        data = self._constant(call.args[0])
+        if data is None:
+            return None
+        if name == "relax.permute_dims":
+            axes = call.attrs.axes
+            return np.transpose(data, None if axes is None else [int(a) for a in axes])
+        return data.reshape(shape)  # reshape, expand_dims, squeeze: the same elements in order
+
+
+@tvm.transform.module_pass(opt_level=0, name="HetcFoldNumpy")
+def fold_numpy_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    folder = _Folder(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            folder.builder_.update_func(gv, folder.visit_expr(func))
+    return folder.builder_.get()
