@@ -50,7 +50,7 @@ from hetc.errors import last_line
 from hetc.native_log import filtered_stderr
 from hetc.options import CompileOptions, default_threads
 
-DEFAULT_MODELS = "mlp,cnn,transformer,resnet18,resnet50,mobilenet_v2,bert_tiny,bert_base"
+DEFAULT_MODELS = "call_overhead,mlp,cnn,transformer,resnet18,resnet50,resnet50_b8,mobilenet_v2,bert_tiny,bert_base"
 RUNTIMES = ("ort", "hetc", "tuned", "tvm")  # tuned: hetc with --db
 
 

@@ -2,7 +2,8 @@
 
 Small ones (``MODELS``: mlp, cnn, transformer) for tests, and realistic ones in
 ``ALL_MODELS``: torchvision's ResNet-18/50 and MobileNetV2, BERT-tiny and BERT-base (as torch
-exports them). Each builder returns an ``onnx.ModelProto`` (opset 17) with fixed-seed random
+exports them), plus ResNet-50 at batch 8 (throughput) and a one-Add model (the fixed cost of
+a call) for benchmarks/cpu_latency.py. Each builder returns an ``onnx.ModelProto`` (opset 17) with fixed-seed random
 weights and an IR version onnxruntime accepts. Run as a script to write the models and
 matching sample inputs::
 
@@ -416,12 +417,27 @@ def bert_tiny(seq: int = 128, batch: int = 1, seed: int = 0) -> onnx.ModelProto:
     return bert(2, 128, 2, 512, seq, batch, seed=seed)
 
 
+def call_overhead() -> onnx.ModelProto:
+    """One Add of a 16-float vector: a runtime's fixed cost per call, next to nothing else."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["y"], name="add")], "call_overhead",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16])],
+        [_const("one", np.ones(16, np.float32))])
+    return _model(graph)
+
+
+def resnet50_b8() -> onnx.ModelProto:
+    """ResNet-50 at batch 8: throughput (images/s = 8000 / ms)."""
+    return resnet50(batch=8)
+
+
 # MODELS: the small models written by default (and by the test suite's fixture).
 # ALL_MODELS adds the realistic ones, written only when named (or with "all").
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {"mlp": mlp, "cnn": cnn, "transformer": transformer}
 ALL_MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     **MODELS, "resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
-    "bert_tiny": bert_tiny, "bert_base": bert_base}
+    "bert_tiny": bert_tiny, "bert_base": bert_base, "call_overhead": call_overhead, "resnet50_b8": resnet50_b8}
 
 
 def _vocab_size(model: onnx.ModelProto, ids: str) -> int | None:
