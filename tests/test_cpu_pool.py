@@ -93,29 +93,30 @@ def test_compiled_runner_uses_a_library_not_the_jit(examples):
 
 # -- the fixed cost of a call: inputs and outputs are not copied where they need not be ------
 
-def _identity_twice():
+def _identity_twice(shape):
     nodes = [helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Relu", ["x"], ["b"]),
              helper.make_node("Identity", ["b"], ["c"])]
-    return make(nodes, [tensor("x", [4, 6])], [tensor("a", [4, 6]), tensor("b", [4, 6]),
-                                              tensor("c", [4, 6])])
+    return make(nodes, [tensor("x", shape)], [tensor(n, shape) for n in "abc"])
 
 
+@pytest.mark.parametrize("rows", [4, 4096])  # 96 bytes: copied in; 96 KB: passed in place when aligned
 @pytest.mark.parametrize("layout", ["aligned", "unaligned", "strided"])
-def test_outputs_own_their_memory_whatever_the_inputs(layout):
-    model = _identity_twice()
+def test_outputs_own_their_memory_whatever_the_inputs(layout, rows):
+    model = _identity_twice([rows, 6])
     compiled = hetc.compile(model, target="cpu")
-    base = np.random.default_rng(0).standard_normal(64 * 6).astype(np.float32)
+    base = np.random.default_rng(0).standard_normal(2 * rows * 8).astype(np.float32)
+    n = rows * 6
     if layout == "aligned":
-        raw = np.empty(24 * 4 + 64, np.uint8)
+        raw = np.empty(n * 4 + 64, np.uint8)
         start = -raw.ctypes.data % 64
-        x = raw[start:start + 96].view(np.float32).reshape(4, 6)
-        x[...] = base[:24].reshape(4, 6)
+        x = raw[start:start + n * 4].view(np.float32).reshape(rows, 6)
+        x[...] = base[:n].reshape(rows, 6)
         assert x.ctypes.data % 64 == 0
     elif layout == "unaligned":
-        x = base[1:25].reshape(4, 6)
+        x = base[1:n + 1].reshape(rows, 6)
         assert x.ctypes.data % 64 != 0
     else:
-        x = base[:48].reshape(6, 8).T[:4]  # not contiguous
+        x = base[:rows * 8].reshape(8, rows).T[:, :6]  # not contiguous
     keep = x.copy()
     first = compiled.run({"x": x})
     want = ort_run(model, {"x": keep})
@@ -127,6 +128,7 @@ def test_outputs_own_their_memory_whatever_the_inputs(layout):
     np.testing.assert_array_equal(x, keep)
     second = compiled.run({"x": -x})  # ... nor is the output changed by the next call
     np.testing.assert_array_equal(first["b"], np.maximum(keep, 0))
+    np.testing.assert_array_equal(first["a"], 0)
     np.testing.assert_array_equal(second["a"], -keep)
 
 
