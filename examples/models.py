@@ -432,12 +432,57 @@ def resnet50_b8() -> onnx.ModelProto:
     return resnet50(batch=8)
 
 
+def _quantized(model: onnx.ModelProto, static: bool, samples: int = 8) -> onnx.ModelProto:
+    """``model`` through onnxruntime's quantization tool, as users deploy int8 on CPUs: static
+    QDQ (int8 weights per channel, uint8 activations, ranges from ``samples`` inputs of
+    ``sample_inputs``) or dynamic (int8 weights; activations quantized at run time)."""
+    import tempfile
+
+    from onnxruntime import quantization as q
+
+    with tempfile.TemporaryDirectory() as tmp:
+        source, target = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
+        onnx.save(model, Path(tmp) / "raw.onnx")
+        # the tool's advice: shape inference, and BatchNorms folded into their convs first
+        q.quant_pre_process(Path(tmp) / "raw.onnx", source)
+        if not static:
+            q.quantize_dynamic(source, target, weight_type=q.QuantType.QInt8)
+            return onnx.load(target)
+
+        class Samples(q.CalibrationDataReader):
+            def __init__(self):
+                self.left = [sample_inputs(model, seed=i) for i in range(samples)]
+
+            def get_next(self):
+                return self.left.pop() if self.left else None
+
+        q.quantize_static(source, target, Samples(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                          activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
+        return onnx.load(target)
+
+
+def resnet50_int8() -> onnx.ModelProto:
+    """ResNet-50, static QDQ int8 (onnxruntime.quantization, 8 random calibration images)."""
+    return _quantized(resnet50(), static=True)
+
+
+def mobilenet_v2_int8() -> onnx.ModelProto:
+    """MobileNetV2, static QDQ int8."""
+    return _quantized(mobilenet_v2(), static=True)
+
+
+def bert_base_int8() -> onnx.ModelProto:
+    """BERT-base (seq 128), dynamic int8 quantization (MatMulInteger, DynamicQuantizeLinear)."""
+    return _quantized(bert_base(), static=False)
+
+
 # MODELS: the small models written by default (and by the test suite's fixture).
 # ALL_MODELS adds the realistic ones, written only when named (or with "all").
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {"mlp": mlp, "cnn": cnn, "transformer": transformer}
 ALL_MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     **MODELS, "resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
-    "bert_tiny": bert_tiny, "bert_base": bert_base, "call_overhead": call_overhead, "resnet50_b8": resnet50_b8}
+    "bert_tiny": bert_tiny, "bert_base": bert_base, "call_overhead": call_overhead, "resnet50_b8": resnet50_b8,
+    "resnet50_int8": resnet50_int8, "mobilenet_v2_int8": mobilenet_v2_int8, "bert_base_int8": bert_base_int8}
 
 
 def _vocab_size(model: onnx.ModelProto, ids: str) -> int | None:
