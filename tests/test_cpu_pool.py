@@ -231,3 +231,23 @@ def test_unknown_cpu_is_a_usage_error(examples, tmp_path):
     result = run_cli("compile", examples / "mlp.onnx", "-o", tmp_path / "out", "--cpu", "pentium9000")
     assert result.code != 0 and "unknown CPU 'pentium9000'" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_pool_object_is_built_where_it_can_be(tmp_path, monkeypatch):
+    from hetc.backends.cpu import pool
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # the cache "directory" is a file: built in a temporary one instead
+    monkeypatch.setenv("HETC_CACHE_DIR", str(blocker / "cache"))
+    pool.pool_object.cache_clear()
+    try:
+        built = pool.pool_object()
+        assert os.path.getsize(built) > 0 and not built.startswith(str(blocker))
+        monkeypatch.setenv("CXX", "no-such-compiler-hetc")
+        monkeypatch.setenv("HETC_CACHE_DIR", str(tmp_path / "cache"))
+        pool.pool_object.cache_clear()
+        with pytest.raises(hetc.errors.CompileError, match="no C.. compiler 'no-such-compiler-hetc'"):
+            pool.pool_object()
+        assert not list((tmp_path / "cache").glob("*"))  # nothing half-written
+    finally:
+        pool.pool_object.cache_clear()

@@ -33,18 +33,19 @@ def cache_dir() -> Path:
 def pool_object() -> str:
     """Path of the compiled pool (an object file to link into a CPU library)."""
     compiler = shlex.split(os.environ.get("CXX", "g++"))
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + "\0".join(compiler + FLAGS).encode()).hexdigest()[:16]
+    key = hashlib.sha256(SOURCE.read_bytes() + "\0".join(compiler + FLAGS).encode()).hexdigest()[:16]
     target = cache_dir() / f"pool-{key}.o"
     if target.is_file():
         return str(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        folder = target.parent
+        return _build(compiler, target)
     except OSError:  # no writable cache: build it for this process only
-        folder = Path(tempfile.mkdtemp(prefix="hetc-pool-"))
-        target = folder / target.name
-    fd, tmp = tempfile.mkstemp(suffix=".o", dir=folder)
+        return _build(compiler, Path(tempfile.mkdtemp(prefix="hetc-pool-")) / target.name)
+
+
+def _build(compiler: list[str], target: Path) -> str:
+    fd, tmp = tempfile.mkstemp(suffix=".o", dir=target.parent)
     os.close(fd)
     try:
         done = subprocess.run(compiler + FLAGS + [str(SOURCE), "-o", tmp], capture_output=True, text=True)
