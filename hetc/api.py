@@ -20,6 +20,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 
+from .backends.cpu.codegen import isa_record
 from .errors import HetcError, UnsupportedOpError, UsageError
 from .frontends.onnx import load_model, op_histogram, to_relax
 from .frontends.onnx.loader import ModelSource
@@ -27,7 +28,6 @@ from .graph import OpGraph, build_opgraph
 from .native_log import filtered_stderr
 from .options import CompileOptions, plan_values
 from .passes import run_pipeline
-from .backends.cpu.codegen import isa_record
 from .runtime.artifact import Manifest, Part
 from .runtime.model import CompiledModel, load
 from .targets import Target, TargetKind, get_target, parse_targets

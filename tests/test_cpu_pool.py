@@ -156,7 +156,8 @@ def test_pool_size_follows_the_environment(examples, tmp_path):
             f"m = hetc.load({str(out)!r}); x = dict(np.load({str(examples / 'cnn_inputs.npz')!r}))\n"
             "for _ in range(50): m.run(x)\n"
             f"lib = ctypes.CDLL({str(out / 'cpu' / 'model.so')!r})\n"
-            "a, b = ctypes.c_uint64(), ctypes.c_uint64(); lib.hetc_pool_stats(ctypes.byref(a), ctypes.byref(b))\n"
+            "a, b = ctypes.c_uint64(), ctypes.c_uint64()\n"
+            "lib.hetc_pool_stats(ctypes.byref(a), ctypes.byref(b))\n"
             "print(a.value, b.value)\n")
     import subprocess
     import sys

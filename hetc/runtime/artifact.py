@@ -98,7 +98,8 @@ class Manifest:
         for optional in ("offloads", "parallel", "dims", "gears"):
             if not data[optional]:
                 del data[optional]
-        # "devices" (split parts) and "cpu" (CPU parts) are written only where set: older manifests read as before.
+        # "devices" (split parts) and "cpu" (CPU parts) are written only where set: older
+        # manifests read as before.
         data["parts"] = [{k: v for k, v in part.items() if k not in ("devices", "cpu") or v}
                          for part in data["parts"]]
         data["inputs"] = [s.to_json() for s in self.inputs]

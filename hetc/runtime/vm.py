@@ -74,8 +74,8 @@ class VMRunner:
         where it need not be (the fixed cost of a call: see ``_on_device``, ``_to_numpy``)."""
         main = self._main()
         if not self.on_cpu:
-            return _flatten(self._invoke(main, [tvm.runtime.tensor(np.require(a, requirements="C"), self.first)
-                                                for a in args]))
+            return _flatten(self._invoke(main, [tvm.runtime.tensor(np.require(a, requirements="C"),
+                                                                   self.first) for a in args]))
         arrays = [np.asarray(a) for a in args]
         inputs = [self._on_device(i, a) for i, a in enumerate(arrays)]
         outputs = []

@@ -43,7 +43,8 @@ def isa_record(options: CompileOptions) -> dict:
     ``{"mcpu": LLVM CPU, "features": [/proc/cpuinfo flags]}``; checked when it is loaded
     (``hetc.runtime.standalone.cpu_problem``). Empty off x86."""
     target = llvm_target(options)
-    if "x86" not in str(target.attrs.get("mtriple", "")) and "x86" not in tvm.target.codegen.llvm_get_system_triple():
+    triple = str(target.attrs.get("mtriple", "") or tvm.target.codegen.llvm_get_system_triple())
+    if not triple.startswith(("x86_64", "i386", "i686")):
         return {}
     features = [flag for feature, flag in ISA_FLAGS.items()
                 if tvm.target.codegen.target_has_features(feature, target)]
