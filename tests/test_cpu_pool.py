@@ -158,14 +158,21 @@ def test_pool_size_follows_the_environment(examples, tmp_path):
             f"lib = ctypes.CDLL({str(out / 'cpu' / 'model.so')!r})\n"
             "a, b = ctypes.c_uint64(), ctypes.c_uint64()\n"
             "lib.hetc_pool_stats(ctypes.byref(a), ctypes.byref(b))\n"
-            "print(a.value, b.value)\n")
+            "print(a.value, b.value)\n"
+            # and the loops are the pool's (inline), not TVM's pool's, which would also launch nothing here
+            "import tvm\n"
+            "runtime = tvm.base._LOADED_LIBS['tvm_runtime']\n"
+            "tvm_launch = ctypes.cast(runtime.TVMBackendParallelLaunch, ctypes.c_void_p)\n"
+            "print(ctypes.c_void_p.in_dll(lib, '__TVMBackendParallelLaunch').value != tvm_launch.value)\n")
     import subprocess
     import sys
 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TVM_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["0", "0"]  # inline: nothing launched on the pool
+    launches, chunks, ours = done.stdout.split()
+    assert [launches, chunks] == ["0", "0"]  # inline: nothing launched on the pool
+    assert ours == "True"
 
 
 # -- the CPU the code is for (--cpu) and the check when it is loaded ------------------------

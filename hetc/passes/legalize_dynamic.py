@@ -14,6 +14,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from .pipeline import rewrite_functions
+
 # Ops whose legalization computes their output shape with a kernel at run time.
 DYNAMIC_OPS = frozenset({"relax.dynamic_strided_slice"})
 
@@ -43,7 +45,4 @@ def legalize_dynamic_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
              if isinstance(func, relax.Function) and _has_dynamic_ops(func)}
     if not funcs:
         return mod
-    mutator = _LowerDynamic(mod)
-    for gvar, func in funcs.items():
-        mutator.builder_.update_func(gvar, mutator.visit_expr(func))
-    return mutator.builder_.get()
+    return rewrite_functions(_LowerDynamic(mod), mod, funcs)

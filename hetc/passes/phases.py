@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 
 from ..errors import last_line
-from .pipeline import Stage, relax_op_counts
+from .pipeline import Stage, relax_op_counts, rewrite_functions
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,4 @@ def accumulate_float32_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         relax.analysis.post_order_visit(func, lambda e: narrow.append(e) if _narrow_contraction(e) else None)
     if not narrow:
         return mod
-    mutator = _AccumulateFloat32(mod)
-    for gvar, func in funcs.items():
-        mutator.builder_.update_func(gvar, mutator.visit_expr(func))
-    return mutator.builder_.get()
+    return rewrite_functions(_AccumulateFloat32(mod), mod, funcs)

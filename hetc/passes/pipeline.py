@@ -46,6 +46,17 @@ class StageReport:
         return asdict(self)
 
 
+def rewrite_functions(mutator, mod: tvm.IRModule, funcs: dict | None = None) -> tvm.IRModule:
+    """``mod`` with each Relax function (or each of ``funcs``, {global var: function}) passed
+    through ``mutator``, a ``PyExprMutator`` made over ``mod``: the body of hetc's own Relax
+    module passes."""
+    if funcs is None:
+        funcs = {gv: f for gv, f in mod.functions_items() if isinstance(f, relax.Function)}
+    for gvar, func in funcs.items():
+        mutator.builder_.update_func(gvar, mutator.visit_expr(func))
+    return mutator.builder_.get()
+
+
 def relax_op_counts(mod: tvm.IRModule) -> Counter[str]:
     """Calls per Relax operator name (``relax.nn.conv2d``, ``relax.call_tir``, ...) in all Relax functions."""
     counts: Counter[str] = Counter()

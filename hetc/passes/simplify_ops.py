@@ -18,6 +18,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from .pipeline import rewrite_functions
+
 _CONCAT = tvm.ir.Op.get("relax.concat")
 _POWER = tvm.ir.Op.get("relax.power")
 SMALL_POWERS = (2, 3, 4)
@@ -59,8 +61,4 @@ class _Simplifier(PyExprMutator):  # pylint: disable=abstract-method
 
 @tvm.transform.module_pass(opt_level=0, name="HetcSimplifyOps")
 def simplify_ops_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    simplifier = _Simplifier(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            simplifier.builder_.update_func(gv, simplifier.visit_expr(func))
-    return simplifier.builder_.get()
+    return rewrite_functions(_Simplifier(mod), mod)

@@ -14,6 +14,7 @@ artifact's.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..errors import DeviceError, InputError, runtime_check_message
+from ..errors import DeviceError, InputError, last_line, runtime_check_message
 from ..native_log import filtered_stderr
 from ..options import default_threads
 from .standalone import install_pool
@@ -33,6 +34,8 @@ from .standalone import install_pool
 # CPUs on x86-64 (it assumes hyper-threading): one worker on a 2-core VM. Size it to the
 # physical cores unless the user chose (config_threadpool can only shrink it later).
 os.environ.setdefault("TVM_NUM_THREADS", str(default_threads()))
+
+log = logging.getLogger(__name__)
 
 # What a device type needs, for the error raised where it is absent.
 _NEEDS = {"cuda": "an NVIDIA GPU"}
@@ -144,10 +147,11 @@ class VMRunner:
 _CPU = tvm.cpu().dlpack_device_type()
 _ALIGN = 64  # what TVM's kernels assume of every buffer (tvm.runtime.from_dlpack checks it)
 _STAGE_BYTES = 64 * 1024  # inputs up to this size are copied (cheaper than checking alignment)
-# dtypes numpy exchanges through DLPack (not ml_dtypes' bfloat16/float8: those are copied)
-_DLPACK = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-           "float16", "float32", "float64"}
-_DLPACK_NUMPY = frozenset(np.dtype(name) for name in _DLPACK)  # (dtype.name takes 1.4 us)
+# dtypes numpy exchanges through DLPack (not ml_dtypes' bfloat16/float8: those are copied);
+# numpy dtypes, not names: dtype.name takes 1.4 us on a Zen 5
+_DLPACK_NUMPY = frozenset(np.dtype(name) for name in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+    "float64"))
 
 
 def _to_numpy(value) -> np.ndarray:
@@ -195,5 +199,6 @@ def _exported(executable, export, threads: int):
             export(executable, path)
             with filtered_stderr():
                 return _load_library(path, threads)
-        except Exception:  # noqa: BLE001 - TVM's own errors; the JIT path reports real problems
+        except Exception as err:  # noqa: BLE001 - TVM's own errors; the JIT path reports real problems
+            log.debug("running the executable JIT-compiled, on TVM's pool: %s", last_line(err))
             return executable

@@ -16,6 +16,7 @@
 // library is unloaded, and forgotten in a forked child (which then starts its own).
 // A launch from inside a task, or while another thread's loop holds the pool, runs inline.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -114,11 +115,14 @@ struct Pool {
 
   // Run chunks of the loop of `epoch` until none is left (or the loop was replaced).
   void Claim(uint32_t epoch) {
+    // Read after `epoch` was seen published: this loop's count, or a later loop's (whose
+    // ticket then has another epoch, so nothing is claimed with it).
+    const int n = ntask.load(std::memory_order_relaxed);
     uint64_t t = ticket.load(std::memory_order_acquire);
-    while ((t >> 32) == epoch && (t & kIndexMask) < static_cast<uint64_t>(ntask.load(std::memory_order_relaxed))) {
+    while ((t >> 32) == epoch && (t & kIndexMask) < static_cast<uint64_t>(n)) {
       if (!ticket.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
       // The loop cannot finish (nor be replaced) before this claimed chunk is counted done.
-      TVMParallelGroupEnv env{nullptr, ntask.load(std::memory_order_relaxed)};
+      TVMParallelGroupEnv env{nullptr, n};
       int rc = fn.load(std::memory_order_relaxed)(static_cast<int>(t & kIndexMask), &env,
                                                   cdata.load(std::memory_order_relaxed));
       if (rc != 0) Failed(rc);
@@ -161,16 +165,10 @@ struct Pool {
 
 Pool pool;
 
-void RunInline(FTVMParallelLambda flambda, void* cdata, int& rc) {
-  TVMParallelGroupEnv env{nullptr, 1};
-  rc = flambda(0, &env, cdata);
-}
-
 int Launch(FTVMParallelLambda flambda, void* cdata, int num_task) {
-  int rc = 0;
   if (pool.threads <= 1 || in_task || pool.busy.test_and_set(std::memory_order_acquire)) {
-    RunInline(flambda, cdata, rc);  // nested, single-threaded, or another thread holds the pool
-    return rc;
+    TVMParallelGroupEnv env{nullptr, 1};  // nested, single-threaded, or another thread holds the pool
+    return flambda(0, &env, cdata);
   }
   if (pool.workers.size() + 1 < static_cast<size_t>(pool.threads)) pool.StartWorkers();
   int n = num_task > 0 ? num_task : pool.threads * pool.grain;
@@ -191,7 +189,7 @@ int Launch(FTVMParallelLambda flambda, void* cdata, int num_task) {
   for (int polls = 0; pool.done.load(std::memory_order_acquire) < n; ++polls) {
     if (polls < 4096) cpu_relax(); else std::this_thread::yield();
   }
-  rc = pool.status.load(std::memory_order_relaxed);
+  int rc = pool.status.load(std::memory_order_relaxed);
   if (void* err = pool.error.exchange(nullptr)) {  // a worker's failure, raised in the caller's thread
     TVMFFIErrorSetRaised(err);
     TVMFFIObjectDecRef(err);
@@ -229,8 +227,7 @@ __attribute__((visibility("default"))) int hetc_pool_install(int threads) {
   std::call_once(once, [] { pthread_atfork(nullptr, nullptr, &ForgetWorkersInChild); });
   int wanted = threads > 0 ? threads : 1;
   pool.spin_ns = EnvInt("HETC_POOL_SPIN_US", pool.spin_ns / 1000) * 1000;
-  pool.grain = static_cast<int>(EnvInt("HETC_POOL_GRAIN", pool.grain)) > 0
-                   ? static_cast<int>(EnvInt("HETC_POOL_GRAIN", pool.grain)) : 1;
+  pool.grain = static_cast<int>(std::max<int64_t>(1, EnvInt("HETC_POOL_GRAIN", pool.grain)));
   if (wanted < static_cast<int>(pool.workers.size()) + 1) pool.StopWorkers();
   pool.threads = wanted;
   __TVMBackendParallelLaunch = reinterpret_cast<void*>(&Launch);
