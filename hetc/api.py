@@ -119,6 +119,7 @@ def compile(
     plan_shape: Mapping[str, int] | None = None,
     gears: Mapping[str, Sequence[int]] | None = None,
     cpu: str | None = None,
+    winograd: str = "auto",
 ) -> CompiledModel:
     """Compile an ONNX model (path or ``ModelProto``) for ``target``.
 
@@ -147,7 +148,9 @@ def compile(
     streams that many slices of the batch through the stages, so the stages overlap. ``cpu``
     names the CPU the host code is for (an LLVM CPU such as "haswell" for AVX2 machines;
     default: this machine's); the artifact records the instruction sets it uses, and loading
-    it on a CPU without them is refused (docs/cpu.md).
+    it on a CPU without them is refused (docs/cpu.md). ``winograd``: how the CPU computes 3x3
+    stride-1 convs, "auto" (a cost rule per conv), "off" (direct), "2" or "4" (every eligible
+    conv as Winograd F(2x2,3x3) or F(4x4,3x3)).
     """
     targets = parse_targets(target)
     if any(t.kind is TargetKind.EXTERNAL for t in targets) and not any(t.name == "cpu" for t in targets):
@@ -160,7 +163,7 @@ def compile(
                              {k: (int(v[0]), int(v[1])) for k, v in (dims or {}).items()},
                              {k: int(v) for k, v in (plan_shape or {}).items()},
                              {k: tuple(sorted({int(x) for x in v})) for k, v in (gears or {}).items()},
-                             cpu)
+                             cpu, str(winograd))
     if gears and not any(t.name == "ascend" for t in targets):
         raise UsageError("--gears chooses the shapes Ascend regions are built for; add the ascend target "
                          "(--target ascend,cpu)")

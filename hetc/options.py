@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from .errors import UsageError
 
 LAYOUTS = (None, "NHWC", "NCHW")
+WINOGRAD_MODES = ("auto", "off", "2", "4")  # hetc/backends/cpu/winograd.py
 ARCH_PATTERN = re.compile(r"sm_\d{2,3}[af]?")  # CUDA SM architectures: sm_80, sm_90a, sm_100f
 
 
@@ -35,6 +36,9 @@ class CompileOptions:
     # the CPU the LLVM code is for (an LLVM -mcpu name: haswell, znver3, skylake-avx512, ...);
     # None = the compiling machine's. The CPU rules pick vector widths and tiles from it.
     cpu: str | None = None
+    # 3x3 stride-1 convs on the CPU: "auto" (a cost rule per conv), "off", or "2"/"4" (every
+    # eligible conv as Winograd F(2x2,3x3) / F(4x4,3x3)); see hetc/backends/cpu/winograd.py
+    winograd: str = "auto"
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -59,6 +63,8 @@ class CompileOptions:
             check_gears(name, values, self.dims[name])
         if self.cpu is not None:
             check_cpu(self.cpu)
+        if self.winograd not in WINOGRAD_MODES:
+            raise UsageError(f"invalid winograd mode {self.winograd!r}; choose one of {', '.join(WINOGRAD_MODES)}")
         if self.calibration is not None:
             if self.precision not in (None, "fixed"):
                 raise UsageError("--calibration chooses fixed-point types: use it with --precision fixed "

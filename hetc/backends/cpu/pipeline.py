@@ -24,6 +24,7 @@ from ...passes.pipeline import Stage
 from ..byoc import with_offloads
 from .codegen import llvm_target
 from .schedules import default_schedule_pass, split_weight_packing_pass
+from .winograd import winograd_pass
 
 
 def _fast(fn):
@@ -50,6 +51,13 @@ def transpose_matmul_passes() -> list[Stage]:
     Transposed constants are folded before this runs, so weights still get packed."""
     return [Stage("fuse_transpose_matmul", "x @ transpose(k) as one kernel reading k in place",
                   relax.transform.FuseTransposeMatmul)]
+
+
+def winograd_passes(options: CompileOptions) -> list[Stage]:
+    """3x3 stride-1 convs as Winograd transforms around a batched GEMM, where the cost rule
+    (or ``--winograd``) picks it (``winograd.py``); after the layout passes (NHWC convs)."""
+    return [Stage("winograd", "3x3 stride-1 convs as Winograd F(m x m, 3x3) where it pays",
+                  lambda: winograd_pass(options.winograd))]
 
 
 def tuning_database_passes(options: CompileOptions) -> list[Stage]:
@@ -86,6 +94,7 @@ def pre_schedule_stages(options: CompileOptions, offloads: Sequence = ()) -> lis
         + simplify_passes()
         + layout_passes(options.layout or "NHWC")
         + precision_passes()
+        + winograd_passes(options)
         + transpose_matmul_passes()
         + legalize_passes(FAST_MATH)
         + fusion_passes()

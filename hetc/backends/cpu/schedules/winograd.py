@@ -1,0 +1,93 @@
+"""The Winograd transforms' rule: the kernels ``hetc/backends/cpu/winograd.py`` writes around
+a conv's batched GEMM (the GEMM itself is the contraction rule's).
+
+Both transforms are explicit sums selected by a tile position (``Select(pos == k, ...)``):
+
+    input:  V[e, p, c]     parallel over tiles p; per tile, the alpha^2 positions e unrolled,
+                           each a vector along channels c (the selects fold to one sum each;
+                           LLVM loads each input vector of the tile once for all of them)
+    output: y[n, y, x, k]  parallel over output tiles; the m x m positions unrolled, a vector
+                           along k, the fused epilogue (bias, residual, relu) on each vector
+
+The vector loop encloses the unrolled position loops: TVM vectorizes before it unrolls, and a
+select on a position inside a vector loop became a vector select of every branch, each one
+computed (LLVM folded them away, after seconds of compile time per kernel). With the position
+loops inside, their selects stay scalar and the simplifier drops them when it unrolls.
+
+The zero padding of the input is a separate parallel pass (inlined, every load of the
+unrolled sums would carry a bounds check).
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+from tvm.s_tir import Schedule
+from tvm.target import Target
+
+from ..winograd import INPUT_BLOCK, OUTPUT_BLOCK
+from .common import Rule, normalized, schedule_spatial
+
+# Parallel tasks to aim for before the channel loop joins the parallel loop.
+MIN_TASKS = 16
+
+
+def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
+    del target
+    if f'"{INPUT_BLOCK}_f' not in func.script() and f'"{OUTPUT_BLOCK}_f' not in func.script():
+        return None
+    sch, infos = normalized(func)
+    if infos is None:
+        return None
+    names = [str(sch.get(info.block_rv).name_hint) for info in infos]
+    kinds = [_kind(name) for name in names]
+    if "input" in kinds:
+        at = kinds.index("input")
+        main = infos[at]
+        for info in infos[:at]:
+            schedule_spatial(sch, info.block_rv, lanes)
+        e, p, c = sch.get_loops(main.block_rv)[-3:]
+        outer, inner = _channels(sch, c, lanes)
+        sch.reorder(p, *outer, *inner, e)  # the vector loop outside the unrolled one: see below
+        sch.parallel(p)
+        sch.unroll(e)
+        return sch
+    if "output" not in kinds or any(not info.is_injective() for info in infos):
+        return None
+    at = kinds.index("output")
+    m = int(names[at].rsplit("_f", 1)[1])
+    for info in infos[at:-1]:  # the transform and the epilogue as one block
+        sch.compute_inline(info.block_rv)
+    *n, y, x, k = sch.get_loops(infos[-1].block_rv)  # (normalization drops a batch of 1)
+    yo, yi = sch.split(y, [None, m])
+    xo, xi = sch.split(x, [None, m])
+    outer, inner = _channels(sch, k, lanes)
+    sch.reorder(*n, yo, xo, *outer, *inner, yi, xi)
+    tiles = sch.fuse(*n, yo, xo)
+    extent = sch.get(tiles).extent
+    if outer and isinstance(extent, tirx.IntImm) and int(extent) < MIN_TASKS:
+        tiles = sch.fuse(tiles, outer[0])
+    sch.parallel(tiles)
+    sch.unroll(yi)
+    sch.unroll(xi)
+    return sch
+
+
+def _channels(sch: Schedule, loop, lanes: int) -> tuple[list, list]:
+    """The channel loop as (outer, inner): inner a SIMD vector when the channels fill whole ones."""
+    extent = sch.get(loop).extent
+    if isinstance(extent, tirx.IntImm) and lanes and int(extent) % lanes == 0:
+        co, ci = sch.split(loop, [None, lanes])
+        sch.vectorize(ci)
+        return [co], [ci]
+    return [], [loop]
+
+
+def _kind(name: str) -> str | None:
+    """"input" or "output" for a transform's block (named ``<prefix>_f<m>``), else None."""
+    for kind, prefix in (("input", INPUT_BLOCK), ("output", OUTPUT_BLOCK)):
+        if name.startswith(prefix + "_f") and name[len(prefix) + 2:].isdigit():
+            return kind
+    return None
+
+
+RULE = Rule("winograd", "Winograd transforms: tile positions unrolled, channels vectorized", apply)
