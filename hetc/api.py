@@ -49,6 +49,13 @@ def _graph_summary(graph: OpGraph) -> dict:
             "param_bytes": graph.param_bytes, "ops": dict(graph.histogram().most_common())}
 
 
+def winograd_decisions(mod: tvm.IRModule) -> list[dict]:
+    """How each eligible 3x3 conv runs on the CPU and why (``hetc/backends/cpu/winograd.py``)."""
+    from .backends.cpu.winograd import decisions
+
+    return decisions(mod)
+
+
 def _kernel_schedules(mod: tvm.IRModule) -> dict[str, str]:
     """Each kernel's schedule: a default rule's name, "tuned" (a database record) or "none"."""
     result = {}
@@ -304,7 +311,7 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
     mod, stage_reports = run_pipeline(
         mod, tgt.backend.stages(options, offloads) if offloads else tgt.backend.stages(options))
     times["passes"] = time.perf_counter() - start
-    kernels = _kernel_schedules(mod)
+    kernels, convs = _kernel_schedules(mod), winograd_decisions(mod)
     kernel_dims = _kernel_dims(mod) if loaded.dims else {}
     start = time.perf_counter()
     executable = tgt.backend.build(mod, options)
@@ -321,6 +328,7 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
         dims={k: list(v) for k, v in loaded.dims.items()},
     )
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
+    report["winograd"] = convs
     if kernel_dims:
         report["kernel_dims"] = kernel_dims
     if options.database is not None:
@@ -368,7 +376,7 @@ def _compile_split(model: ModelSource, targets: list[Target], options: CompileOp
     start = time.perf_counter()
     mod, stage_reports = run_pipeline(mod, pl.split_stages(placed, names, native, options, offloads))
     times["passes"] = time.perf_counter() - start
-    kernels = _kernel_schedules(mod)
+    kernels, convs = _kernel_schedules(mod), winograd_decisions(mod)
     kernel_dims = _kernel_dims(mod) if loaded.dims else {}
     moved, found = pl.transfers(mod, placed, names), pl.placed_nodes(mod)
     start = time.perf_counter()
@@ -387,6 +395,7 @@ def _compile_split(model: ModelSource, targets: list[Target], options: CompileOp
         dims={k: list(v) for k, v in loaded.dims.items()},
     )
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
+    report["winograd"] = convs
     if kernel_dims:
         report["kernel_dims"] = kernel_dims
     if options.database is not None:

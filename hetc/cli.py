@@ -13,6 +13,7 @@ import os
 import sys
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 
 import click
@@ -109,6 +110,14 @@ def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
         raise OutputPathError(f"{path}: cannot write: {err.strerror}") from err
 
 
+def _winograd_line(decisions: list[dict]) -> str:
+    """``winograd: 7 of 13 3x3 stride-1 convs (F(4x4,3x3) 4, F(2x2,3x3) 3)``; report.json has each reason."""
+    chosen = Counter(d["method"].removeprefix("winograd ") for d in decisions if d["method"] != "direct")
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(chosen.items(), reverse=True))
+    return (f"winograd: {sum(chosen.values())} of {len(decisions)} 3x3 stride-1 convs"
+            + (f" ({kinds})" if kinds else "") + "; report.json \"winograd\" gives each conv's reason")
+
+
 def _tuning_line(tuning: dict) -> str:
     """One line on what ``compile --db`` did (the report's ``tuning``)."""
     line = f"tuning database: {tuning['tuned']} kernel(s) tuned, {tuning['default']} default"
@@ -198,6 +207,9 @@ _mount_parallel()
 @click.option("--cpu", default=None, metavar="NAME",
               help="CPU to generate code for (an LLVM CPU: haswell for AVX2, skylake-avx512, znver3, ...); "
                    "default: this machine's. The artifact refuses to load where that CPU's instructions are missing.")
+@click.option("--winograd", type=click.Choice(["auto", "off", "2", "4"]), default="auto", show_default=True,
+              help="3x3 stride-1 convs on the CPU: auto (a cost rule per conv), off (direct), or every "
+                   "eligible conv as Winograd F(2x2,3x3) / F(4x4,3x3) (docs/cpu.md).")
 @click.option("--placement", type=click.Path(path_type=Path), default=None, metavar="PLAN.json|auto|accelerator-first",
               help="With several targets: auto (default) places ops by cost (the solver); accelerator-first "
                    "gives every op the first accelerator supports to it; PLAN.json runs each op on the device "
@@ -222,7 +234,8 @@ _mount_parallel()
 def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_inputs, layout, threads: int,
                 database: Path | None, arch: str | None, placement: Path | None, precision: str | None,
                 calibration: Path | None, pins, device_specs, objective: str, tp: int, pp: int,
-                micro_batches: int, dims, plan_shape, gears, verbose: bool, cpu: str | None = None) -> None:
+                micro_batches: int, dims, plan_shape, gears, verbose: bool, cpu: str | None = None,
+                winograd: str = "auto") -> None:
     """Compile MODEL (ONNX) into an artifact directory."""
     from . import api
     from .options import parse_arch
@@ -243,7 +256,7 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                            precision=precision, calibration=calibration, pins=_pins(pins),
                            devices=parse_device_specs(device_specs), objective=objective, tp=tp, pp=pp,
                            micro_batches=micro_batches, dims=_dim_ranges(dims), plan_shape=_plan_shape(plan_shape),
-                           gears=_gears(gears), cpu=cpu)
+                           gears=_gears(gears), cpu=cpu, winograd=winograd)
     out = compiled.save(output)
     if compiled.manifest.parallel:
         _print_parallel(compiled.manifest, out, time.perf_counter() - start)
@@ -256,6 +269,8 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                   f"{time.perf_counter() - start:.1f} s -> {out}")
     if "tuning" in compiled.report:
         console.print(_tuning_line(compiled.report["tuning"]), soft_wrap=True)
+    if compiled.report.get("winograd"):
+        console.print(_winograd_line(compiled.report["winograd"]), soft_wrap=True)
     if compiled.manifest.dims:
         console.print("symbolic dims: " + ", ".join(f"{name} {low}..{high}"
                                                     for name, (low, high) in compiled.manifest.dims.items()))

@@ -25,7 +25,7 @@ from tvm.s_tir import Schedule
 from tvm.target import Target
 
 from ..winograd import INPUT_BLOCK, OUTPUT_BLOCK
-from .common import Rule, normalized, schedule_spatial
+from .common import Rule, schedule_spatial
 
 # Parallel tasks to aim for before the channel loop joins the parallel loop.
 MIN_TASKS = 16
@@ -33,36 +33,36 @@ MIN_TASKS = 16
 
 def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
     del target
-    if f'"{INPUT_BLOCK}_f' not in func.script() and f'"{OUTPUT_BLOCK}_f' not in func.script():
+    text = func.script()
+    if f'"{INPUT_BLOCK}_f' not in text and f'"{OUTPUT_BLOCK}_f' not in text:
         return None
-    sch, infos = normalized(func)
-    if infos is None:
-        return None
-    names = [str(sch.get(info.block_rv).name_hint) for info in infos]
-    kinds = [_kind(name) for name in names]
+    # Not dlight's normalization: it drops unit loops (one tile, a batch of 1), and the
+    # transforms' loops are known by position as te.compute wrote them.
+    sch = Schedule(func)
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    kinds = [_kind(str(sch.get(b).name_hint)) for b in blocks]
     if "input" in kinds:
         at = kinds.index("input")
-        main = infos[at]
-        for info in infos[:at]:
-            schedule_spatial(sch, info.block_rv, lanes)
-        e, p, c = sch.get_loops(main.block_rv)[-3:]
+        for block in blocks[:at]:  # the zero padding
+            schedule_spatial(sch, block, lanes)
+        e, p, c = sch.get_loops(blocks[at])
         outer, inner = _channels(sch, c, lanes)
-        sch.reorder(p, *outer, *inner, e)  # the vector loop outside the unrolled one: see below
+        sch.reorder(p, *outer, *inner, e)  # the vector loop outside the unrolled one: see above
         sch.parallel(p)
         sch.unroll(e)
         return sch
-    if "output" not in kinds or any(not info.is_injective() for info in infos):
+    if "output" not in kinds:
         return None
     at = kinds.index("output")
-    m = int(names[at].rsplit("_f", 1)[1])
-    for info in infos[at:-1]:  # the transform and the epilogue as one block
-        sch.compute_inline(info.block_rv)
-    *n, y, x, k = sch.get_loops(infos[-1].block_rv)  # (normalization drops a batch of 1)
+    m = int(str(sch.get(blocks[at]).name_hint).rsplit("_f", 1)[1])
+    for block in blocks[at:-1]:  # the transform and its elementwise epilogue as one block
+        sch.compute_inline(block)
+    n, y, x, k = sch.get_loops(blocks[-1])
     yo, yi = sch.split(y, [None, m])
     xo, xi = sch.split(x, [None, m])
     outer, inner = _channels(sch, k, lanes)
-    sch.reorder(*n, yo, xo, *outer, *inner, yi, xi)
-    tiles = sch.fuse(*n, yo, xo)
+    sch.reorder(n, yo, xo, *outer, *inner, yi, xi)
+    tiles = sch.fuse(n, yo, xo)
     extent = sch.get(tiles).extent
     if outer and isinstance(extent, tirx.IntImm) and int(extent) < MIN_TASKS:
         tiles = sch.fuse(tiles, outer[0])
