@@ -32,7 +32,8 @@ TAG = re.compile(r"hetc_(\d+)_\d*")  # placement.apply.tag_nodes' names (a clash
 def with_offloads(stages: list, offloads) -> list:
     """A target pipeline with the offloads' stages inserted: those that cut in the model's
     layout (``layout = "model"``: Ascend, ONNX's NCHW) before the layout passes, the others
-    (FPGA) after them; all before legalization."""
+    (FPGA) after them; all before the CPU's Winograd rewrite (which would turn an offloadable
+    conv into kernels) and before legalization."""
     if not offloads:
         return stages
     names = [s.name for s in stages]
@@ -40,7 +41,8 @@ def with_offloads(stages: list, offloads) -> list:
     layout = names.index("convert_layout") if "convert_layout" in names else legalize
     model = [s for o in offloads if o.layout == "model" for s in o.stages()]
     host = [s for o in offloads if o.layout != "model" for s in o.stages()]
-    return stages[:layout] + model + stages[layout:legalize] + host + stages[legalize:]
+    host_at = names.index("winograd") if "winograd" in names[layout:legalize] else legalize
+    return stages[:layout] + model + stages[layout:host_at] + host + stages[host_at:]
 
 
 _DPS = tvm.ir.Op.get("relax.call_dps_packed")

@@ -547,6 +547,11 @@ def split_stages(placement: Placement, names: dict[int, str], targets: Sequence[
     from ..backends.byoc import with_offloads
 
     base = with_offloads(used[0].backend.stages(options), offloads)
+    if len(used) > 1:
+        # The CPU's Winograd rewrite replaces a conv by three kernels, two of them bound to new,
+        # untagged names: a conv placed off the CPU would lose its device. Split modules keep
+        # their convs direct (docs/cpu.md, "Winograd convolution").
+        base = [s for s in base if s.name != "winograd"]
     start, end = cut(base, fusion[0]), cut(base, fusion[-1]) + 1
     stages = base[:start] + [
         Stage("place", "put every op on its device (VDevice) and copy values that cross devices",
