@@ -11,7 +11,8 @@ TVM's default build (from_onnx + tvm.compile, untuned: seconds per run on the CN
 runs stop once --tvm-budget seconds and 3 runs are spent; such cells are marked *). Every
 column uses the FLOP count of hetc's compile report; % peak is of the fastest 4096x4096 float32
 matmul (numpy's OpenBLAS, also forced to AVX-512, and onnxruntime; all cores and one core x
-cores; at start and at end: see measure_peak); rel err is max |x - ort| / max |ort| over the
+cores; at start and at end: see measure_peak), for the ``*_int8`` models of the fastest
+4096x4096 uint8 x int8 MatMulInteger (onnxruntime's, VNNI where the CPU has it); rel err is max |x - ort| / max |ort| over the
 outputs. Then the co-run table: hetc and onnxruntime (its default spinning workers) each alone,
 then alternating call by call in one process, as an application that uses both runs them
 (``hetc.benchmark.co_run``). Titles name the ISA (LLVM's mcpu, float32 lanes). A failure is
@@ -85,7 +86,20 @@ _SGEMM = {
         "s = ort.InferenceSession(m.SerializeToString(), o, providers=['CPUExecutionProvider'])\n"
         "f = {'a': np.ones((4096, 4096), np.float32), 'b': np.ones((4096, 4096), np.float32)}\n"
         "run = lambda: s.run(None, f)\n"),
+    # int8 peak: onnxruntime's MatMulInteger (uint8 x int8, its VNNI kernels where the CPU has them)
+    "onnxruntime-int8": (
+        "import numpy as np, onnxruntime as ort\nfrom onnx import TensorProto, helper as h\n"
+        "io = [h.make_tensor_value_info('a', TensorProto.UINT8, [4096, 4096]), "
+        "h.make_tensor_value_info('b', TensorProto.INT8, [4096, 4096]), "
+        "h.make_tensor_value_info('c', TensorProto.INT32, [4096, 4096])]\n"
+        "g = h.make_graph([h.make_node('MatMulInteger', ['a', 'b'], ['c'])], 'g', io[:2], io[2:])\n"
+        "m = h.make_model(g, opset_imports=[h.make_opsetid('', 17)])\no = ort.SessionOptions()\n"
+        "o.intra_op_num_threads = THREADS\n"
+        "s = ort.InferenceSession(m.SerializeToString(), o, providers=['CPUExecutionProvider'])\n"
+        "f = {'a': np.ones((4096, 4096), np.uint8), 'b': np.ones((4096, 4096), np.int8)}\n"
+        "run = lambda: s.run(None, f)\n"),
 }
+INT8 = "-int8"  # peak variants of int8 GEMMs; models named *_int8 are rated against their maximum
 _TIME = ("import time\nrun()\nbest = 1e9\nfor _ in range(RUNS):\n"
          "    t = time.perf_counter(); run(); best = min(best, time.perf_counter() - t)\n"
          "print(2 * 4096**3 / best / 1e9)\n")
@@ -108,7 +122,7 @@ def measure_peak(threads: int, runs: int = 4) -> dict[str, float]:
     shared machine one busy core halves a multi-threaded sgemm). The peak is their maximum.
     A variant that fails is left out.
     """
-    variants = [("numpy", {}), ("onnxruntime", {})]
+    variants = [("numpy", {}), ("onnxruntime", {}), ("onnxruntime-int8", {})]
     if _has_avx512():
         variants.append(("numpy/avx512", {"OPENBLAS_CORETYPE": "SkylakeX"}))
     found = {}
@@ -264,7 +278,7 @@ def print_table(rows: list[dict], args) -> None:
 
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
                   title=f"CPU latency ({args.isa}): median of {args.repeat} runs, {args.threads} threads, "
-                        f"peak {args.peak:.0f} GFLOP/s")
+                        f"peak {args.peak:.0f} GFLOP/s, int8 {args.peak_int8:.0f} GOP/s (the *_int8 rows' %peak)")
     for col in ("model", "GFLOP", "runtime", "build s", "ms", "GFLOP/s", "%peak", "x ort", "err"):
         table.add_column(col, justify="left" if col in {"model", "runtime"} else "right", no_wrap=True)
     errors: list[str] = []
@@ -346,7 +360,7 @@ def main() -> int:
     args.isa = f"{machine['llvm_mcpu']}, {machine['float32_lanes']} float32 lanes"
     if args.cpu:
         args.isa += f"; hetc's code for {args.cpu} ({machine['hetc_float32_lanes']} lanes)"
-    print(f"{machine['cpu']}, {machine['physical_cores']} cores; measuring peak (4096^2 sgemm) ...", flush=True)
+    print(f"{machine['cpu']}, {machine['physical_cores']} cores; measuring peak (4096^2 sgemm and int8 GEMM) ...", flush=True)
     peaks = {f"start:{k}": v for k, v in measure_peak(args.threads).items()}
     print(", ".join(f"{k} {v:.1f}" for k, v in peaks.items()) + " GFLOP/s", flush=True)
     rows = []
@@ -362,13 +376,18 @@ def main() -> int:
             rows.append({"model": name, "flops": flops, "gflop": flops / 1e9 if flops else None, "results": cells})
     end = measure_peak(args.threads)  # again: a busy machine at start must not make the peak too low
     peaks.update({f"end:{k}": v for k, v in end.items()})
-    args.peak = max(peaks.values(), default=float("nan"))
-    print(", ".join(f"end:{k} {v:.1f}" for k, v in end.items()) + f" GFLOP/s; peak: {args.peak:.1f}", flush=True)
-    for cell in (c for row in rows for c in row["results"].values() if "gflops" in c):
-        cell["pct_peak"] = 100 * cell["gflops"] / args.peak
+    args.peak = max((v for k, v in peaks.items() if INT8 not in k), default=float("nan"))
+    args.peak_int8 = max((v for k, v in peaks.items() if INT8 in k), default=float("nan"))
+    print(", ".join(f"end:{k} {v:.1f}" for k, v in end.items())
+          + f" GFLOP/s; peak: {args.peak:.1f}, int8 {args.peak_int8:.1f} GOP/s", flush=True)
+    for row in rows:
+        peak = args.peak_int8 if row["model"].endswith("_int8") else args.peak
+        for cell in (c for c in row["results"].values() if "gflops" in c):
+            cell["pct_peak"] = 100 * cell["gflops"] / peak
     print_table(rows, args)
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in ("peak", "isa")}
-    args.json.write_text(json.dumps({"machine": {**machine, "peak_gflops": args.peak, "peak_measured_gflops": peaks},
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in ("peak", "peak_int8", "isa")}
+    args.json.write_text(json.dumps({"machine": {**machine, "peak_gflops": args.peak, "peak_int8_gops": args.peak_int8,
+                                                 "peak_measured_gflops": peaks},
                                      "settings": settings, "rows": rows}, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0

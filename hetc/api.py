@@ -20,6 +20,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 
+from .backends.cpu import int8 as cpu_int8
 from .backends.cpu.codegen import isa_record
 from .errors import HetcError, UnsupportedOpError, UsageError
 from .frontends.onnx import load_model, op_histogram, to_relax
@@ -202,7 +203,8 @@ def _import(model: ModelSource, targets: list[Target], options: CompileOptions,
             base_dir: str | os.PathLike | None, constant_inputs):
     """Load and convert the model: (loaded model, Relax module, op graph, {"import": seconds})."""
     start = time.perf_counter()
-    loaded = load_model(model, options.input_shapes, base_dir, constant_inputs, options.dims)
+    loaded = load_model(model, options.input_shapes, base_dir, constant_inputs, options.dims,
+                        fuse_qdq_convs=cpu_int8.integer_kernels(options))
     mod = to_relax(loaded)
     times = {"import": time.perf_counter() - start}
     return loaded, mod, build_opgraph(mod, targets, plan_values(loaded.dims, options.plan_shape)), times

@@ -57,7 +57,10 @@ class _Folder(PyExprMutator):  # pylint: disable=abstract-method
         value = self._evaluate(call, shape)
         if value is None or list(value.shape) != shape or value.dtype.name != str(out.dtype):
             return call
-        return relax.const(np.ascontiguousarray(value), str(out.dtype))
+        # np.require, not np.ascontiguousarray: that makes a 0-d result (1,), and a rank-1
+        # constant broadcast onto a conv's output stops ConvertLayout there (a transpose back
+        # to NCHW after every quantized conv's requantize: a zero point is a scalar)
+        return relax.const(np.require(value, requirements="C"), str(out.dtype))
 
     def _constant(self, arg) -> np.ndarray | None:
         if isinstance(arg, relax.Var):

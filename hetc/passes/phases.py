@@ -90,11 +90,27 @@ def _convert_conv_layout(desired: dict) -> tvm.transform.Pass:
     return apply
 
 
+def _round_half_even(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """``relax.round`` as ``tir.nearbyint``: half to even on every target, as ONNX's Round and
+    QuantizeLinear require (TVM lowers it to ``tir.round``, half away from zero on CUDA)."""
+    from tvm import te, tirx
+
+    x = call.args[0]
+    if str(x.ty.dtype) not in ("float16", "bfloat16", "float32", "float64"):
+        return x  # an integer is its own rounding
+    return bb.call_te(lambda t: te.compute(t.shape, lambda *i: tirx.nearbyint(t(*i)), "rint"), x)
+
+
+ROUNDING = {"relax.round": _round_half_even}
+
+
 def legalize_passes(custom: dict | None = None) -> list[Stage]:
-    """Lower ops to TIR; ``custom`` maps op names to a target's own lowering (``bb, call -> expr``)."""
+    """Lower ops to TIR; ``custom`` maps op names to a target's own lowering (``bb, call -> expr``),
+    on top of ``ROUNDING``."""
+    table = {**ROUNDING, **(custom or {})}
     return [
         Stage("legalize", "lower Relax ops to TIR PrimFuncs (call_tir)",
-              lambda: relax.transform.LegalizeOps(customize_legalize_map=custom)),
+              lambda: relax.transform.LegalizeOps(customize_legalize_map=table)),
         Stage("annotate_patterns", "classify PrimFuncs for fusion", relax.transform.AnnotateTIROpPattern),
         Stage("isolate_scalar_kernels", "keep kernels that take a dim as a scalar argument out of fusion",
               lambda: isolate_scalar_kernels),

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from ..backends.cpu.int8 import integer_kernels
 from ..errors import UsageError
 from ..frontends.onnx.loader import ModelSource
 from ..native_log import filtered_stderr
@@ -152,7 +153,8 @@ def tune(
     start = time.perf_counter()
 
     with filtered_stderr():
-        loaded = load_model(model, options.input_shapes, base_dir, constant_inputs, options.dims)
+        loaded = load_model(model, options.input_shapes, base_dir, constant_inputs, options.dims,
+                            fuse_qdq_convs=integer_kernels(options))
         sizes = tuning_sizes(loaded, options.plan_shape)
         mod = to_relax(loaded)
         _check_supported(build_opgraph(mod, targets), tgt)

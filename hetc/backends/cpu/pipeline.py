@@ -24,6 +24,8 @@ from ...passes.pipeline import Stage
 from ..byoc import with_offloads
 from .codegen import llvm_target
 from .schedules import default_schedule_pass, split_weight_packing_pass
+from .int8 import int8_conv_pass
+from .schedules.int8 import has_vnni
 from .winograd import winograd_pass
 
 
@@ -55,9 +57,14 @@ def transpose_matmul_passes() -> list[Stage]:
 
 def winograd_passes(options: CompileOptions) -> list[Stage]:
     """3x3 stride-1 convs as Winograd transforms around a batched GEMM, where the cost rule
-    (or ``--winograd``) picks it (``winograd.py``); after the layout passes (NHWC convs)."""
-    return [Stage("winograd", "3x3 stride-1 convs as Winograd F(m x m, 3x3) where it pays",
-                  lambda: winograd_pass(options.winograd))]
+    (or ``--winograd``) picks it (``winograd.py``); integer convs in the form the int8 kernels
+    take, on CPUs with VNNI (``int8.py``). Both after the layout passes (NHWC convs)."""
+    stages = [Stage("winograd", "3x3 stride-1 convs as Winograd F(m x m, 3x3) where it pays",
+                    lambda: winograd_pass(options.winograd))]
+    if has_vnni(llvm_target(options)):
+        stages.append(Stage("int8_conv", "integer convs on raw uint8/int8 values, for the VNNI kernels",
+                            lambda: int8_conv_pass))
+    return stages
 
 
 def tuning_database_passes(options: CompileOptions) -> list[Stage]:

@@ -27,6 +27,7 @@ from onnx import external_data_helper, helper, numpy_helper
 from ...errors import ModelLoadError, ShapeError, UnsafePathError, UnsupportedOpError, UsageError
 from . import registry
 from .fold import fold_shape_computations
+from .qdq import fuse_qdq
 
 ModelSource = str | os.PathLike | onnx.ModelProto
 log = logging.getLogger(__name__)
@@ -363,10 +364,11 @@ def freeze_inputs(model: onnx.ModelProto, values: Mapping[str, np.ndarray], labe
 def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
                base_dir: str | os.PathLike | None = None,
                constant_inputs: Mapping[str, np.ndarray] | None = None,
-               dims: Mapping[str, Sequence[int]] | None = None) -> LoadedModel:
+               dims: Mapping[str, Sequence[int]] | None = None, fuse_qdq_convs: bool = False) -> LoadedModel:
     """Read, validate and shape-bind a model from a path or a ``ModelProto``; inputs named in
     ``constant_inputs`` become constants with those values; ``dims`` gives symbolic dims their
-    (low, high) range."""
+    (low, high) range; ``fuse_qdq_convs``: QDQ convs become QLinearConv (``qdq.py``; for
+    targets with int8 kernels)."""
     model, label = read_model(source, base_dir)
     if constant_inputs:
         freeze_inputs(model, constant_inputs, label)
@@ -380,6 +382,8 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     _fix_single_value_dims(model, ranges)
     model = _infer_shapes(model, label)
     fold_shape_computations(model, model_opset(model))
+    if fuse_qdq_convs:
+        fuse_qdq(model)
     inputs = [_input_spec(v, label) for v in graph_inputs(model).values()]
     outputs = [_output_spec(v, label, ranges) for v in model.graph.output]
     return LoadedModel(model, label, model_opset(model), inputs, outputs, ranges)

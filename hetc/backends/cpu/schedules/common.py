@@ -145,6 +145,21 @@ def vector_dtypes(block) -> bool:
     return True
 
 
+def byte_copy(block) -> bool:
+    """A copy of 8-bit integers, maybe padded (``if_then_else(in bounds, x[..], constant)``):
+    vector code LLVM takes (no 8-bit arithmetic, no bool vectors in the data), which
+    ``vector_dtypes`` would otherwise refuse (the uint8 padding before an int8 conv)."""
+    body = block.body
+    if not isinstance(body, tirx.BufferStore) or str(body.buffer.dtype) not in ("int8", "uint8"):
+        return False
+    value = body.value
+    if isinstance(value, tvm.ir.Call) and str(getattr(value.op, "name", "")) == "prim.if_then_else":
+        value, other = value.args[1], value.args[2]
+        if not isinstance(other, tirx.IntImm):
+            return False
+    return isinstance(value, tvm.ir.TensorLoad) and str(value.source.dtype) == str(body.buffer.dtype)
+
+
 def schedule_spatial(sch: Schedule, block, lanes: int,
                      min_iterations: int = MIN_PARALLEL_ITERATIONS) -> None:
     """An injective block: all loops fused, SIMD-wide inner part vectorized, the rest parallel.
@@ -180,8 +195,10 @@ def schedule_spatial(sch: Schedule, block, lanes: int,
         inner = sch.fuse(*body) if len(body) > 1 else body[0]
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     vec_loop = inner if body else fused
+    if byte_copy(sch.get(block)):
+        lanes *= 4  # a vector register of bytes
     if (vec_loop is not None and isinstance(extents[-1], tirx.IntImm) and int(extents[-1]) % lanes == 0
-            and total >= 4 * lanes and vector_dtypes(sch.get(block))):
+            and total >= 4 * lanes and (vector_dtypes(sch.get(block)) or byte_copy(sch.get(block)))):
         rest, vec = sch.split(vec_loop, [None, lanes])
         sch.vectorize(vec)
         if not body:

@@ -88,9 +88,17 @@ def _static(ctx: ConvertContext, expr: relax.Expr, name: str) -> list[int]:
 
 
 def _round_half_even(bb: relax.BlockBuilder, x: relax.Expr) -> relax.Expr:
-    """tir.nearbyint: round half to even on every target (tir.round is half away on CUDA)."""
-    return bb.emit_te(lambda t: te.compute(t.shape, lambda *i: tirx.nearbyint(t(*i)), "rint"),
-                      bb.normalize(x))
+    """Round half to even: ``relax.round``, which hetc lowers to ``tir.nearbyint`` on every
+    target (``passes.phases.ROUNDING``); an elementwise op, so the layout passes carry it."""
+    del bb
+    return relax.op.round(x)
+
+
+def _saturate(x: relax.Expr, lo: float, hi: float, dtype: str) -> relax.Expr:
+    """``clip(x, lo, hi)`` (x of ``dtype``) as maximum/minimum with constants: Relax's clip has
+    no layout rule, and ConvertLayout would leave every quantized conv's output in NCHW behind
+    a transpose."""
+    return relax.op.minimum(relax.op.maximum(x, relax.const(lo, dtype)), relax.const(hi, dtype))
 
 
 def _param(ctx: ConvertContext, p: relax.Expr, x_dims: list[int], axis: int, block: int,
@@ -246,7 +254,7 @@ def _quantize(ctx: ConvertContext, inputs: list, attrs: Attrs, version: int):
     if zp is not None:
         q = relax.op.add(q, relax.op.astype(_param(ctx, zp, x_dims, axis, block, "y_zero_point"), wide))
     lo, hi = _INT_RANGES[target]
-    q = relax.op.clip(q, lo, hi)
+    q = _saturate(q, lo, hi, wide)
     return relax.op.astype(q, target)
 
 
@@ -404,7 +412,7 @@ def _requantize(ctx: ConvertContext, acc: relax.Expr, mult: relax.Expr, y_zp: re
     if y_zp is not None:
         y = relax.op.add(y, relax.op.astype(y_zp, "float64"))
     lo, hi = _INT_RANGES[out]
-    return relax.op.astype(relax.op.clip(y, lo, hi), out)
+    return relax.op.astype(_saturate(y, lo, hi, "float64"), out)
 
 
 def _qlinear_operands(ctx: ConvertContext, lhs, lhs_scale, rhs, rhs_scale, y_scale, y_zp) -> str:
@@ -502,9 +510,9 @@ def qlinear_conv(ctx: ConvertContext, inputs: list, attrs: Attrs):
     x_dims, w_dims = _static(ctx, x, "x"), _static(ctx, w, "w")
     m, nd = w_dims[0], len(w_dims) - 2
 
-    def per_channel(p, name):
+    def per_channel(p, name):  # [1, m, 1, ...]: the output's rank, so ConvertLayout can carry it to NHWC
         p, vec = _vector(ctx, p, m, name, "per output channel")
-        return relax.op.reshape(p, [m] + [1] * nd) if vec else p
+        return relax.op.reshape(p, [1, m] + [1] * nd) if vec else p
 
     x_zp = None if x_zp is None else _vector(ctx, x_zp, 1, "x_zero_point", "per tensor")[0]
     w_zp_b = None
@@ -516,7 +524,7 @@ def qlinear_conv(ctx: ConvertContext, inputs: list, attrs: Attrs):
     if bias is not None:
         if _dt(bias) != "int32" or _static(ctx, bias, "B") != [m]:
             raise ctx.error(f"input B must be int32 of shape [{m}]")
-        acc = relax.op.add(acc, relax.op.reshape(bias, [m] + [1] * nd))
+        acc = relax.op.add(acc, relax.op.reshape(bias, [1, m] + [1] * nd))
     for name, v in (("x_scale", x_s), ("w_scale", w_s), ("y_scale", y_s)):
         if _dt(v) != "float32":
             raise ctx.error(f"input {name} has dtype {_dt(v)}; float32 expected")
@@ -542,3 +550,43 @@ def conv_integer(ctx: ConvertContext, inputs: list, attrs: Attrs):
         if vec:
             w_zp = relax.op.reshape(w_zp, [m] + [1] * (len(w_dims) - 1))
     return _conv_int32(ctx, _minus_zp(x, x_zp), _minus_zp(w, w_zp), x_dims, w_dims, attrs)
+
+
+def _scalar_or_none(expr: relax.Expr | None) -> bool:
+    """A missing zero point, or one of a single element."""
+    if expr is None:
+        return True
+    shape = expr.ty.shape if isinstance(expr.ty, relax.TensorType) else None
+    return shape is not None and all(isinstance(d, tirx.IntImm) and int(d) == 1 for d in shape.values)
+
+
+@converter("MatMulInteger", since=10)
+def matmul_integer(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    """uint8 ``a`` x int8 ``b`` with per-tensor zero points (what onnxruntime's dynamic
+    quantization writes) as ``matmul(a, b)`` on the raw 8-bit values, then the zero-point terms:
+
+        sum_k (a - za)(b - zb) = sum_k a b - za colsum(b) - zb rowsum(a) + K za zb
+
+    so that the CPU's int8 rule can run the product with ``vpdpbusd`` (exact in int32, like
+    the spec's form). Other dtypes and per-row/column zero points take TVM's converter."""
+    inputs = list(inputs) + [None] * (4 - len(inputs))
+    a, b, a_zp, b_zp = inputs[:4]
+    if (_dt(a) != "uint8" or _dt(b) != "int8" or not _scalar_or_none(a_zp) or not _scalar_or_none(b_zp)
+            or a.ty.ndim < 2 or b.ty.ndim != 2):
+        from tvm.relax.frontend.onnx import onnx_frontend
+
+        return onnx_frontend.MatMulInteger._impl_v10(ctx.bb, inputs, {}, {})
+    k = b.ty.shape.values[0]
+    acc = relax.op.matmul(a, b, out_dtype="int32")
+    if a_zp is not None:
+        za = relax.op.astype(relax.op.reshape(a_zp, []), "int32")
+        colsum = relax.op.sum(relax.op.astype(b, "int32"), axis=[0])
+        acc = relax.op.subtract(acc, relax.op.multiply(za, colsum))
+    if b_zp is not None:
+        zb = relax.op.astype(relax.op.reshape(b_zp, []), "int32")
+        rowsum = relax.op.sum(relax.op.astype(a, "int32"), axis=[-1], keepdims=True)
+        acc = relax.op.subtract(acc, relax.op.multiply(zb, rowsum))
+        if a_zp is not None:
+            kzz = relax.op.multiply(relax.op.multiply(za, zb), relax.const(int(k), "int32"))
+            acc = relax.op.add(acc, kzz)
+    return acc

@@ -1,0 +1,164 @@
+"""int8 on the CPU: the VNNI rule (schedules/int8.py) against numpy on random shapes, the
+integer conv rewrite (backends/cpu/int8.py), QDQ fusion (frontends/onnx/qdq.py) against
+onnxruntime, and the layout fixes that keep quantized convs in NHWC."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from conftest import ort_run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+from onnx_util import make, tensor
+
+import hetc
+import tvm
+from hetc.backends.cpu.codegen import llvm_target
+from hetc.backends.cpu.schedules.int8 import has_vnni
+from hetc.frontends.onnx.qdq import fuse_qdq
+from hetc.options import CompileOptions
+
+VNNI = has_vnni(llvm_target(CompileOptions()))
+
+
+def _matmul_integer(m, k, n, zero_points: bool, seed: int):
+    rng = np.random.default_rng(seed)
+    inits = {"b": rng.integers(-128, 128, (k, n)).astype(np.int8)}
+    names = ["a", "b"]
+    if zero_points:
+        inits["az"] = np.array(rng.integers(0, 256), np.uint8)
+        inits["bz"] = np.array(rng.integers(-128, 128), np.int8)
+        names += ["az", "bz"]
+    model = make([helper.make_node("MatMulInteger", names, ["y"])], [tensor("a", [2, m, k], np.uint8)],
+                 [tensor("y", [2, m, n], np.int32)], inits)
+    a = rng.integers(0, 256, (2, m, k)).astype(np.uint8)
+    za = int(inits.get("az", 0))
+    zb = int(inits.get("bz", 0))
+    want = (a.astype(np.int64) - za) @ (inits["b"].astype(np.int64) - zb)
+    return model, a, want.astype(np.int32)
+
+
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(m=st.integers(1, 40), k4=st.integers(1, 48), n16=st.integers(1, 6), zero_points=st.booleans())
+def test_matmul_integer_is_exact_on_random_shapes(m, k4, n16, zero_points):
+    """uint8 x int8 with and without zero points, K a multiple of 4 and N of 16 (the VNNI
+    tile's step): exactly numpy's int64 result."""
+    model, a, want = _matmul_integer(m, 4 * k4, 16 * n16, zero_points, seed=m * 1000 + k4)
+    compiled = hetc.compile(model, "cpu")
+    np.testing.assert_array_equal(compiled.run({"a": a})["y"], want)
+    if VNNI:
+        assert "int8-vnni" in compiled.report["kernels"].values(), compiled.report["kernels"]
+
+
+@pytest.mark.parametrize("m, k, n", [(5, 30, 16), (3, 32, 20), (1, 7, 9)])
+def test_matmul_integer_off_the_tile_falls_back_exactly(m, k, n):
+    model, a, want = _matmul_integer(m, k, n, True, seed=1)
+    compiled = hetc.compile(model, "cpu")
+    np.testing.assert_array_equal(compiled.run({"a": a})["y"], want)
+
+
+def _qlinear_conv(n, c, h, w, k, kernel, stride, pad, seed):
+    rng = np.random.default_rng(seed)
+    inits = {
+        "xs": np.array(0.02, np.float32), "xz": np.array(rng.integers(0, 256), np.uint8),
+        "w": rng.integers(-128, 128, (k, c, kernel, kernel)).astype(np.int8),
+        "ws": (rng.random(k) * 0.01 + 0.001).astype(np.float32), "wz": np.zeros(k, np.int8),
+        "ys": np.array(0.5, np.float32), "yz": np.array(rng.integers(0, 256), np.uint8),
+        "b": rng.integers(-5000, 5000, k).astype(np.int32),
+    }
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"],
+                            kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad] * 4)
+    oh = (h + 2 * pad - kernel) // stride + 1
+    ow = (w + 2 * pad - kernel) // stride + 1
+    model = make([node], [tensor("x", [n, c, h, w], np.uint8)], [tensor("y", [n, k, oh, ow], np.uint8)], inits)
+    return model, rng.integers(0, 256, (n, c, h, w)).astype(np.uint8)
+
+
+@pytest.mark.parametrize("shape", [
+    (1, 16, 9, 9, 32, 3, 1, 1),   # a 3x3 conv, padded with the zero point
+    (2, 3, 11, 11, 16, 7, 2, 3),  # an RGB stem: channels padded to 4 for vpdpbusd
+    (1, 64, 7, 7, 48, 1, 1, 0),   # 1x1, no padding, 48 outputs (3 vectors)
+    (1, 32, 8, 8, 16, 3, 2, 1),   # stride 2
+], ids=["3x3", "stem", "1x1", "stride2"])
+def test_qlinear_conv_matches_the_reference_exactly(shape):
+    """QLinearConv (onnxruntime's QOperator format) through the integer conv rewrite and the
+    VNNI kernel: exactly the ONNX reference (both requantize in float64), and onnxruntime's
+    result (float32 requantization) within one step."""
+    model, x = _qlinear_conv(*shape, seed=sum(shape))
+    compiled = hetc.compile(model, "cpu")
+    got = compiled.run({"x": x})["y"]
+    np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
+    assert np.abs(got.astype(int) - ort_run(model, {"x": x})[0].astype(int)).max() <= 1
+    if VNNI:
+        assert "int8-vnni" in compiled.report["kernels"].values(), compiled.report["kernels"]
+
+
+def _qdq_model(tmp_path, depthwise=False):
+    """A float conv -> relu -> conv model through onnxruntime's static QDQ quantization."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(0)
+    c = 8
+    inits = {"w1": (rng.standard_normal((16, c, 3, 3)) * 0.2).astype(np.float32),
+             "b1": rng.standard_normal(16).astype(np.float32) * 0.1,
+             "w2": (rng.standard_normal((16, 1 if depthwise else 16, 3, 3)) * 0.2).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], pads=[1, 1, 1, 1], group=16 if depthwise else 1)]
+    model = make(nodes, [tensor("x", [1, c, 10, 10])], [tensor("y", [1, 16, 10, 10])], inits, opset=17)
+    src, dst = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
+    onnx.save(model, src)
+
+    class Data(CalibrationDataReader):
+        def __init__(self):
+            self.items = iter([{"x": rng.standard_normal((1, c, 10, 10)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    quantize_static(str(src), str(dst), Data(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return onnx.load(dst)
+
+
+def test_qdq_convs_fuse_into_qlinear_conv(tmp_path):
+    model = _qdq_model(tmp_path)
+    fused = onnx.ModelProto()
+    fused.CopyFrom(model)
+    assert fuse_qdq(fused) == 2
+    ops = [n.op_type for n in fused.graph.node]
+    assert ops.count("QLinearConv") == 2 and "Conv" not in ops
+    onnx.checker.check_model(fused)
+    if not VNNI:
+        pytest.skip("QDQ convs are fused only where int8 kernels run (AVX512-VNNI)")
+    x = np.random.default_rng(5).standard_normal((1, 8, 10, 10)).astype(np.float32)
+    compiled = hetc.compile(model, "cpu")
+    got = compiled.run({"x": x})["y"]
+    want = ort_run(model, {"x": x})[0]
+    # the output is DequantizeLinear of a uint8: one step is its scale
+    scale = float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name.startswith("y_scale")))
+    assert np.abs(got - want).max() <= scale * 1.001
+    assert list(compiled.report["kernels"].values()).count("int8-vnni") == 2, compiled.report["kernels"]
+
+
+def test_depthwise_qdq_conv_is_left_in_float(tmp_path):
+    model = _qdq_model(tmp_path, depthwise=True)
+    assert fuse_qdq(model) == 1  # the first conv; the depthwise one stays DequantizeLinear -> Conv
+    assert [n.op_type for n in model.graph.node].count("Conv") == 1
+
+
+def test_quantized_conv_stays_nhwc_between_layers(tmp_path):
+    """No transpose between two quantized convs: the requantize (round, zero point, saturate)
+    is made of ops ConvertLayout carries, and numpy-folded scalars stay 0-d."""
+    from hetc.backends.cpu.pipeline import pre_schedule_stages
+    from hetc.frontends.onnx import load_model, to_relax
+    from hetc.passes.pipeline import run_pipeline
+
+    model = _qdq_model(tmp_path)
+    stages = pre_schedule_stages(CompileOptions())
+    mod, _ = run_pipeline(to_relax(load_model(model)), stages[:[s.name for s in stages].index("legalize")])
+    mod = tvm.relax.transform.DeadCodeElimination()(mod)  # the int32 path the int8 rewrite replaced
+    assert mod["main"].script().count("R.permute_dims") == 2  # the model's input and output only
