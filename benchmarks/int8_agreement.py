@@ -37,7 +37,7 @@ def _session(model, optimized: bool) -> ort.InferenceSession:
 
 
 def measure(name: str, samples: int, seed: int) -> dict:
-    model = examples.MODELS[name]()
+    model = examples.ALL_MODELS[name]()
     (spec,) = model.graph.input
     shape = [d.dim_value for d in spec.type.tensor_type.shape.dim]
     compiled = hetc.compile(model, "cpu")
