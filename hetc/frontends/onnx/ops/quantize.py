@@ -405,14 +405,17 @@ def _vector(ctx: ConvertContext, p: relax.Expr, n: int, name: str, what: str) ->
 
 
 def _requantize(ctx: ConvertContext, acc: relax.Expr, mult: relax.Expr, y_zp: relax.Expr | None,
-                out: str) -> relax.Expr:
-    """acc (int32) * mult + y_zero_point, rounded half to even, saturated to ``out``."""
-    y = relax.op.multiply(relax.op.astype(acc, "float64"), relax.op.astype(mult, "float64"))
+                out: str, wide: str = "float32") -> relax.Expr:
+    """acc (int32) * mult + y_zero_point, rounded half to even, saturated to ``out``; in
+    ``wide``: float32 for float32 scales, as onnxruntime computes it (``float(acc) * scale``,
+    MLAS's requantization). The ONNX reference's numpy promotes to float64: the two differ
+    only where the product lies within float32's rounding of a half (one step, rarely)."""
+    y = relax.op.multiply(relax.op.astype(acc, wide), relax.op.astype(mult, wide))
     y = _round_half_even(ctx.bb, y)
     if y_zp is not None:
-        y = relax.op.add(y, relax.op.astype(y_zp, "float64"))
+        y = relax.op.add(y, relax.op.astype(y_zp, wide))
     lo, hi = _INT_RANGES[out]
-    return relax.op.astype(_saturate(y, lo, hi, "float64"), out)
+    return relax.op.astype(_saturate(y, lo, hi, wide), out)
 
 
 def _qlinear_operands(ctx: ConvertContext, lhs, lhs_scale, rhs, rhs_scale, y_scale, y_zp) -> str:
@@ -454,7 +457,7 @@ def _qlinear_matmul(ctx: ConvertContext, inputs: list, attrs: Attrs):
     mult = relax.op.divide(relax.op.multiply(row(a_s, "a_scale", m, "per row"),
                                              row(b_s, "b_scale", n, "per column")),
                            _vector(ctx, y_s, 1, "y_scale", "per tensor")[0])
-    return _requantize(ctx, acc, mult, y_zp, out)
+    return _requantize(ctx, acc, mult, y_zp, out, "float64" if sdt == "float64" else "float32")
 
 
 @converter("QLinearMatMul", since=10)
