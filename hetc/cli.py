@@ -23,6 +23,7 @@ from rich.table import Table
 
 from . import __version__
 from .errors import HetcError, InputError, OutputPathError, UsageError
+from .options import WINOGRAD_MODES
 
 # Tables keep their columns readable when stdout is a pipe or a file (rich would use 80).
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
@@ -207,7 +208,7 @@ _mount_parallel()
 @click.option("--cpu", default=None, metavar="NAME",
               help="CPU to generate code for (an LLVM CPU: haswell for AVX2, skylake-avx512, znver3, ...); "
                    "default: this machine's. The artifact refuses to load where that CPU's instructions are missing.")
-@click.option("--winograd", type=click.Choice(["auto", "off", "2", "4"]), default="auto", show_default=True,
+@click.option("--winograd", type=click.Choice(WINOGRAD_MODES), default="auto", show_default=True,
               help="3x3 stride-1 convs on the CPU: auto (a cost rule per conv), off (direct), or every "
                    "eligible conv as Winograd F(2x2,3x3) / F(4x4,3x3) (docs/cpu.md).")
 @click.option("--placement", type=click.Path(path_type=Path), default=None, metavar="PLAN.json|auto|accelerator-first",
