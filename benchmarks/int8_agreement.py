@@ -25,8 +25,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import hetc  # noqa: E402
-from examples import models as examples  # noqa: E402
+import hetc
+from examples import models as examples
 
 
 def _session(model, optimized: bool) -> ort.InferenceSession:
@@ -47,7 +47,7 @@ def measure(name: str, samples: int, seed: int) -> dict:
     errors = []
     for _ in range(samples):
         x = {spec.name: rng.standard_normal(shape).astype(np.float32)}
-        h = np.asarray(list(compiled.run(x).values())[0])
+        (h,) = (np.asarray(v) for v in compiled.run(x).values())
         o, lit = fast.run(None, x)[0], literal.run(None, x)[0]
         tops["hetc/ort"] += int(np.argmax(h) == np.argmax(o))
         tops["hetc/ort literal"] += int(np.argmax(h) == np.argmax(lit))

@@ -77,7 +77,7 @@ def _tuning_report(mod: tvm.IRModule, options: CompileOptions) -> dict:
     return {"database": options.database, **summary(mod)}
 
 
-_SYMBOL = re.compile(r'^(\w+) = TypeVar\("\w+"\)$', re.M)  # how TVMScript declares a symbolic var
+_SYMBOL = re.compile(r'^(\w+) = TypeVar\("\w+"\)$', re.MULTILINE)  # how TVMScript declares a symbolic var
 _LAUNCH = re.compile(r'T\.thread_binding\((.+?), thread="((?:blockIdx|threadIdx)\.[xyz])"')
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+import tvm
 from conftest import ort_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,7 +16,6 @@ from onnx.reference import ReferenceEvaluator
 from onnx_util import make, tensor
 
 import hetc
-import tvm
 from hetc.backends.cpu.codegen import llvm_target
 from hetc.backends.cpu.schedules.int8 import has_vnni
 from hetc.frontends.onnx.qdq import fuse_qdq

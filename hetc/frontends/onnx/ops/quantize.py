@@ -33,8 +33,8 @@ import numpy as np
 import tvm
 from tvm import relax, te, tirx
 
-from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
+from ..shapes import static_dims as _dims
 
 # ONNX TensorProto data type codes hetc can quantize to, and their ranges.
 _INT_RANGES = {
