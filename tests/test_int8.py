@@ -145,10 +145,19 @@ def test_qdq_convs_fuse_into_qlinear_conv(tmp_path):
     assert list(compiled.report["kernels"].values()).count("int8-vnni") == 2, compiled.report["kernels"]
 
 
-def test_depthwise_qdq_conv_is_left_in_float(tmp_path):
+def test_depthwise_qdq_conv_is_fused_and_matches_onnxruntime(tmp_path):
+    """A depthwise QDQ conv becomes a grouped QLinearConv (int32, no VNNI): onnxruntime's result."""
     model = _qdq_model(tmp_path, depthwise=True)
-    assert fuse_qdq(model) == 1  # the first conv; the depthwise one stays DequantizeLinear -> Conv
-    assert [n.op_type for n in model.graph.node].count("Conv") == 1
+    fused = onnx.ModelProto()
+    fused.CopyFrom(model)
+    assert fuse_qdq(fused) == 2
+    assert "Conv" not in [n.op_type for n in fused.graph.node]
+    if not VNNI:
+        pytest.skip("QDQ convs are fused only where int8 kernels run (AVX512-VNNI)")
+    x = np.random.default_rng(6).standard_normal((1, 8, 10, 10)).astype(np.float32)
+    got = hetc.compile(model, "cpu").run({"x": x})["y"]
+    scale = float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name.startswith("y_scale")))
+    assert np.abs(got - ort_run(model, {"x": x})[0]).max() <= scale * 1.001
 
 
 def test_quantized_conv_stays_nhwc_between_layers(tmp_path):
