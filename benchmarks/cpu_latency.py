@@ -88,7 +88,8 @@ _SGEMM = {
         "f = {'a': np.ones((4096, 4096), np.float32), 'b': np.ones((4096, 4096), np.float32)}\n"
         "run = lambda: s.run(None, f)\n"),
     # int8 peak: onnxruntime's MatMulInteger, uint8 x a constant int8 weight it pre-packs (its VNNI
-    # kernels where the CPU has them); 2048^3, where it ran fastest (a runtime weight: 2.6x slower)
+    # kernels where the CPU has them); 2048^3, where it ran fastest on a 2-core Zen 5, AVX512-VNNI
+    # (a runtime weight there: 2.6x slower)
     "onnxruntime-int8": (
         "import numpy as np, onnxruntime as ort\nfrom onnx import TensorProto, helper as h\n"
         "n = 2048\nops = 2 * n**3\n"

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from conftest import assert_close, ort_run
 from onnx import helper, numpy_helper
-from onnx_util import make, tensor
+from onnx_util import conv_model, make, tensor
 
 import hetc
 from hetc.backends.cpu.codegen import llvm_target
-from hetc.options import CompileOptions
 from hetc.backends.cpu.schedules import simd_lanes
 from hetc.backends.cpu.schedules.gemm import choose_tile, is_box, tile_candidates
+from hetc.options import CompileOptions
 
 RNG = np.random.default_rng(0)
 
@@ -26,24 +26,9 @@ def _w(*shape) -> np.ndarray:
 
 
 def _conv_model(n, c, h, w, k, kernel, stride=1, pad=0, group=1, bias=True, relu=False, residual=False):
-    oh = (h + 2 * pad - kernel) // stride + 1
-    ow = (w + 2 * pad - kernel) // stride + 1
-    inits = {"W": _w(k, c // group, kernel, kernel)}
-    ins = ["x", "W"] + (["B"] if bias else [])
-    if bias:
-        inits["B"] = _w(k)
-    nodes = [helper.make_node("Conv", ins, ["y"], kernel_shape=[kernel, kernel], strides=[stride, stride],
-                              pads=[pad] * 4, group=group)]
-    out = "y"
-    inputs = [tensor("x", [n, c, h, w])]
-    if residual:
-        nodes.append(helper.make_node("Add", ["y", "r"], ["yr"]))
-        inputs.append(tensor("r", [n, k, oh, ow]))
-        out = "yr"
-    if relu:
-        nodes.append(helper.make_node("Relu", [out], ["z"]))
-        out = "z"
-    return make(nodes, inputs, [tensor(out, [n, k, oh, ow])], inits)
+    weight = _w(k, c // group, kernel, kernel)
+    return conv_model([n, c, h, w], weight, _w(k) if bias else None, stride, [pad] * 4, group=group,
+                      residual=residual, relu=relu)
 
 
 def _single(op, in_shapes, out_shape, inits=None, **attrs):
@@ -298,12 +283,12 @@ def test_symbolic_rows_under_many_panels_run_panel_major():
     """With symbolic rows (batch x seq) and a weight of many column panels the parallel loop is
     the static panel loop and every row loop runs inside it, as in a static build (rows outside
     made BERT's projections 2x slower than static: every row tile streamed the whole weight)."""
+    from tvm import tirx
+
     from hetc import api
     from hetc.backends.cpu.pipeline import pre_schedule_stages
     from hetc.backends.cpu.schedules import gemm
     from hetc.targets import parse_targets
-    import tvm
-    from tvm import tirx
 
     options, targets = CompileOptions(), parse_targets("cpu")
     _, mod, _, _ = api._import(_matmul_model(64, 384), targets, options, None, None)
@@ -325,11 +310,12 @@ def test_one_row_runs_its_own_loops_over_the_same_packed_weight():
     decoding step) that is 4-5x the multiply-adds. The default schedule carries a one-row
     branch taken when batch * seq == 1, without padding, that reads the same packed weight
     (one packing block). (SYMBOLIC_CASES run both branches against onnxruntime.)"""
+    from tvm import tirx
+
     from hetc import api
     from hetc.backends.cpu.pipeline import pre_schedule_stages
     from hetc.backends.cpu.schedules import PREPROC, schedule_func
     from hetc.targets import parse_targets
-    from tvm import tirx
 
     options, targets = CompileOptions(), parse_targets("cpu")
     _, mod, _, _ = api._import(_matmul_model(64, 384), targets, options, None, None)

@@ -9,8 +9,7 @@ import pytest
 from conftest import assert_close, ort_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from onnx import helper
-from onnx_util import make, tensor
+from onnx_util import conv_model
 
 import hetc
 from hetc.backends.cpu.winograd import Geometry, choose, transform_matrices, weight_transform
@@ -20,22 +19,9 @@ from hetc.errors import UsageError
 def _conv(n, c, h, w, k, pads=(1, 1, 1, 1), stride=1, dilation=1, group=1, bias=True, residual=False,
           relu=False, seed=0):
     rng = np.random.default_rng(seed)
-    oh = (h + pads[0] + pads[2] - dilation * 2 - 1) // stride + 1
-    ow = (w + pads[1] + pads[3] - dilation * 2 - 1) // stride + 1
-    inits = {"W": (rng.standard_normal((k, c // group, 3, 3)) / np.sqrt(9 * c / group)).astype(np.float32)}
-    if bias:
-        inits["B"] = rng.standard_normal(k).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "W"] + (["B"] if bias else []), ["y"], kernel_shape=[3, 3],
-                              pads=list(pads), strides=[stride] * 2, dilations=[dilation] * 2, group=group)]
-    inputs, out = [tensor("x", [n, c, h, w])], "y"
-    if residual:
-        nodes.append(helper.make_node("Add", ["y", "r"], ["yr"]))
-        inputs.append(tensor("r", [n, k, oh, ow]))
-        out = "yr"
-    if relu:
-        nodes.append(helper.make_node("Relu", [out], ["z"]))
-        out = "z"
-    return make(nodes, inputs, [tensor(out, [n, k, oh, ow])], inits)
+    weight = (rng.standard_normal((k, c // group, 3, 3)) / np.sqrt(9 * c / group)).astype(np.float32)
+    b = rng.standard_normal(k).astype(np.float32) if bias else None
+    return conv_model([n, c, h, w], weight, b, stride, pads, dilation, group, residual, relu)
 
 
 def _inputs(model, seed=1):

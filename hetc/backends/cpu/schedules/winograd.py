@@ -24,7 +24,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule
 from tvm.target import Target
 
-from ..winograd import INPUT_BLOCK, OUTPUT_BLOCK
+from ..winograd import INPUT_BLOCK, OUTPUT_BLOCK, TILES
 from .common import Rule, schedule_spatial
 
 # Parallel tasks to aim for before the channel loop joins the parallel loop.
@@ -33,9 +33,8 @@ MIN_TASKS = 16
 
 def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
     del target
-    text = func.script()
-    if f'"{INPUT_BLOCK}_f' not in text and f'"{OUTPUT_BLOCK}_f' not in text:
-        return None
+    if not any(_positions(p) for p in func.params):
+        return None  # no [alpha^2, tiles, channels] buffer: not a transform (cheaper than printing it)
     # Not dlight's normalization: it drops unit loops (one tile, a batch of 1), and the
     # transforms' loops are known by position as te.compute wrote them.
     sch = Schedule(func)
@@ -80,6 +79,12 @@ def _channels(sch: Schedule, loop, lanes: int) -> tuple[list, list]:
         sch.vectorize(ci)
         return [co], [ci]
     return [], [loop]
+
+
+def _positions(buffer) -> bool:
+    """Whether ``buffer`` could be V or M: [alpha^2 tile positions, tiles, channels]."""
+    shape = getattr(buffer, "shape", ())  # a scalar parameter has none
+    return len(shape) == 3 and isinstance(shape[0], tirx.IntImm) and int(shape[0]) in {(m + 2) ** 2 for m in TILES}
 
 
 def _kind(name: str) -> str | None:
