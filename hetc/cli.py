@@ -13,6 +13,7 @@ import os
 import sys
 import time
 import traceback
+import zipfile
 from collections import Counter
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .errors import HetcError, InputError, OutputPathError, UsageError
+from .errors import HetcError, InputError, OutputPathError, UsageError, last_line
 from .options import WINOGRAD_MODES
 
 # Tables keep their columns readable when stdout is a pipe or a file (rich would use 80).
@@ -88,8 +89,8 @@ def _constants(specs: tuple[str, ...]) -> dict[str, np.ndarray]:
             raise UsageError(f"--constant-input {name}: no such file {path}")
         try:
             values[name] = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as err:
-            raise UsageError(f"--constant-input {name}: {path} is not a .npy array file") from err
+        except (ValueError, OSError, EOFError, MemoryError) as err:  # MemoryError: a header claiming TBs
+            raise UsageError(f"--constant-input {name}: {path} is not a .npy array file that fits in memory") from err
     return values
 
 
@@ -99,8 +100,10 @@ def _load_npz(path: Path) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
-    except (ValueError, OSError, EOFError) as err:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(f"{path}: not a .npz archive of arrays (write one with numpy.savez)") from err
+    except MemoryError as err:  # an array header claiming more than the memory
+        raise InputError(f"{path}: an array in it is larger than the memory ({last_line(err)})") from err
 
 
 def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:

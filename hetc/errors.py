@@ -7,12 +7,52 @@ escapes is a bug in hetc and keeps its traceback.
 
 from __future__ import annotations
 
+import re
+
+# TVM's log prefix ("[22:23:34] /project/src/relax/ir/block_builder.cc:67: "), its error type
+# prefixes, and the IR printer's spellings of shapes and integers
+_TVM_LOCATION = re.compile(r"\[\d\d:\d\d:\d\d\] \S+\.(?:cc|h):\d+: ")
+_TVM_PREFIX = re.compile(r"^(?:(?:tvm\.error\.|tvm_ffi\.)?\w*(?:InternalError|TVMError)\s*:\s*)+")
+_TVM_SHAPE = re.compile(r"R\.shape\((\[[^\]]*\])\)")
+_TVM_INT = re.compile(r"T\.u?int\d+\((-?\d+)\)")
+_PY_CLASS = re.compile(r"<class '(?:[\w.]+\.)?(\w+)'>")
+
+
+def plain(line: str) -> str:
+    """One line of an error message without TVM's internals: the failed check's condition and
+    the source location go, the check's own explanation stays (``Check failed: groups > 0
+    (0 vs. 0) : The number of groups ...`` -> ``The number of groups ...``); a check without
+    one says so in hetc's words. TVM's ``R.shape([1, 4])`` and ``T.int64(4)`` read as ``[1, 4]``, ``4``,
+    a class ``<class 'tvm.ir.expr.GenericConst'>`` as ``GenericConst``."""
+    line = _TVM_PREFIX.sub("", _TVM_LOCATION.sub("", line.strip()))
+    head, found, check = line.partition("Check failed:")
+    if found:
+        explained = check.partition(" is false:")[2] or check.partition(" : ")[2]
+        line = head + (explained.strip() or "an internal consistency check of TVM failed")
+    return _PY_CLASS.sub(r"\1", _TVM_INT.sub(r"\1", _TVM_SHAPE.sub(r"\1", line))).strip()
+
+
+# TVM messages that say nothing to a user, in hetc's words: (pattern over the whole message,
+# replacement; groups of the pattern may be used)
+_TVM_MESSAGES = [
+    (re.compile(r"CodeGenVM cannot emit this Relax operator.*?Offending call:\s*R\.([\w.]+)\(", re.DOTALL),
+     (r"the operator \1 could not be lowered to code: its input shapes are not known to be compatible at "
+     r"compile time (bind the symbolic dims with --input-shape)")),
+]
+
 
 def last_line(err: BaseException) -> str:
     """The line of an exception worth showing: TVM puts the check that failed on the last
-    non-empty line of its (often multi-line) messages; the type name if there is no text."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    return lines[-1] if lines else type(err).__name__
+    non-empty line of its (often multi-line) messages; the type name if there is no text.
+    TVM's internal wording is removed (``plain``), and its messages that say nothing to a user
+    are replaced (``_TVM_MESSAGES``)."""
+    text = str(err)
+    for pattern, replacement in _TVM_MESSAGES:
+        found = pattern.search(text)
+        if found:
+            return found.expand(replacement)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return plain(lines[-1]) if lines else type(err).__name__
 
 
 # Starts the message of a check the compiled model makes at run time (a run-time value that is

@@ -61,5 +61,9 @@ def filtered_stderr() -> Iterator[None]:
 def release_frames(err: BaseException) -> None:
     """Free the TVM objects a failed call's frames still hold, now, while fd 2 is filtered
     (their C++ destructors warn), instead of whenever the traceback is collected."""
-    traceback.clear_frames(err.__traceback__)
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:  # the error and the ones it was raised from
+        seen.add(id(err))
+        traceback.clear_frames(err.__traceback__)
+        err = err.__cause__ or err.__context__
     gc.collect()

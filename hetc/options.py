@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from .errors import UsageError
 
 LAYOUTS = (None, "NHWC", "NCHW")
+# The largest dim hetc accepts anywhere (declared, inferred, --input-shape, --dim): TVM indexes
+# within a dim with int32 in places, and no tensor of this machine's memory needs more.
+MAX_DIM = 2**31 - 1
 WINOGRAD_MODES = ("auto", "off", "2", "4")  # hetc/backends/cpu/winograd.py
 ARCH_PATTERN = re.compile(r"sm_\d{2,3}[af]?")  # CUDA SM architectures: sm_80, sm_90a, sm_100f
 
@@ -104,8 +107,8 @@ def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
         shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
     except ValueError:
         shape = ()
-    if not sep or not name or not shape or any(d < 0 for d in shape):
-        raise UsageError(f"invalid --input-shape {spec!r}; expected NAME=D0,D1,... with dims >= 0")
+    if not sep or not name or not shape or any(not 0 <= d <= MAX_DIM for d in shape):
+        raise UsageError(f"invalid --input-shape {spec!r}; expected NAME=D0,D1,... with dims 0..{MAX_DIM}")
     return name, shape
 
 
@@ -117,8 +120,9 @@ def parse_dim(spec: str) -> tuple[str, tuple[int, int]]:
         bounds = (int(low), int(high if colon else low))
     except ValueError:
         bounds = (-1, -1)
-    if not sep or not name.strip() or not 0 <= bounds[0] <= bounds[1]:
-        raise UsageError(f"invalid --dim {spec!r}; expected NAME=LOW:HIGH with 0 <= LOW <= HIGH (e.g. batch=1:64)")
+    if not sep or not name.strip() or not 0 <= bounds[0] <= bounds[1] <= MAX_DIM:
+        raise UsageError(f"invalid --dim {spec!r}; expected NAME=LOW:HIGH with 0 <= LOW <= HIGH <= {MAX_DIM} "
+                         "(e.g. batch=1:64)")
     return name.strip(), bounds
 
 

@@ -43,7 +43,7 @@ def simplify_passes() -> list[Stage]:
         Stage("legalize_dynamic",
               "lower ops whose output shape is computed at run time (before FoldConstant)",
               lambda: legalize_dynamic_pass),
-        Stage("simplify_ops", "drop one-input concats; small integer powers as products",
+        Stage("simplify_ops", "drop one-input concats; small integer powers as products; zero pads into convs",
               lambda: simplify_ops_pass),
         Stage("fold_numpy", "evaluate cheap ops on constants with numpy (FoldConstant builds each)",
               lambda: fold_numpy_pass),

@@ -7,9 +7,11 @@ supported", "Reshape requires the input new shape to be Shape"). This pass repla
 
 - ``Shape`` / ``Size`` of a tensor whose inferred shape is static, and
 - any deterministic default-domain node whose inputs are all constants and whose outputs
-  are integer or bool tensors (shape arithmetic)
+  are integer or bool tensors (shape arithmetic), or float tensors of at most
+  ``_SCALAR_ELEMENTS`` elements computed from tensors that small (the float scalars in
+  shape arithmetic)
 
-with initializers, evaluated by ONNX's reference implementation. Float computations are
+with initializers, evaluated by ONNX's reference implementation. Other float computations are
 left to the graph passes (``FoldConstant``), so numerics stay on one path.
 """
 
@@ -24,6 +26,10 @@ from onnx.reference import ReferenceEvaluator
 _NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
                      "Bernoulli", "Dropout"}
 _MAX_ELEMENTS = 1 << 16  # shape arithmetic is small; bigger integer tensors stay runtime values
+# Float values this small fold too: the scalars of shape arithmetic (``int(sqrt(positions))``
+# as exporters write it: Pow/Sqrt of constants, then Cast to int64), which would otherwise
+# leave a shape unknown until run time.
+_SCALAR_ELEMENTS = 8
 
 
 def _static_shape(value: onnx.ValueInfoProto | None) -> tuple[int, ...] | None:
@@ -50,6 +56,29 @@ def _shape_value(node: onnx.NodeProto, shape: tuple[int, ...]) -> np.ndarray:
     start, end = attrs.get("start", 0), attrs.get("end", rank)
     start, end = (max(0, min(rank, i + rank if i < 0 else i)) for i in (start, end))
     return np.array(shape[start:end], np.int64)
+
+
+def _result_size(node: onnx.NodeProto, known: dict[str, np.ndarray], infos: dict) -> int | None:
+    """How many elements ``node``'s largest output has, from its inferred shape or, for the ops
+    that make a tensor of a size their input values give, from those values; None if unknown."""
+    sizes = [_static_shape(infos.get(o)) for o in node.output if o]
+    if sizes and all(s is not None for s in sizes):
+        return max(int(np.prod(s, dtype=object)) for s in sizes)
+    values = [known[n] for n in node.input if n]
+    try:
+        if node.op_type == "ConstantOfShape":
+            return int(np.prod(values[0].astype(object)))
+        if node.op_type == "Expand":
+            shape = np.broadcast_shapes(values[0].shape, tuple(int(d) for d in values[1]))
+            return int(np.prod(shape, dtype=object))
+        if node.op_type == "Tile":
+            return int(np.prod(np.array(values[0].shape, object) * values[1].astype(object)))
+        if node.op_type == "Range":
+            start, limit, delta = (v.item() for v in values[:3])
+            return max(0, int(np.ceil((limit - start) / delta))) if delta else None
+    except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError):
+        return None
+    return 0  # bounded by its inputs' sizes
 
 
 def _evaluate(node: onnx.NodeProto, known: dict[str, np.ndarray], opset: int) -> list[np.ndarray] | None:
@@ -81,8 +110,11 @@ def fold_shape_computations(model: onnx.ModelProto, opset: int) -> int:
         elif node.op_type in ("Shape", "Size") and (shape := _static_shape(infos.get(node.input[0]))) is not None:
             values = [_shape_value(node, shape)]
         elif (all(name in known for name in node.input if name)
-              and all(_is_integer(infos.get(o)) for o in node.output if o)
-              and all(known[n].size <= _MAX_ELEMENTS for n in node.input if n)):
+              and all(known[n].size <= _MAX_ELEMENTS for n in node.input if n)
+              and (size := _result_size(node, known, infos)) is not None and size <= _MAX_ELEMENTS
+              and (all(_is_integer(infos.get(o)) for o in node.output if o)
+                   or (0 < size <= _SCALAR_ELEMENTS and all(known[n].size <= _SCALAR_ELEMENTS
+                                                            for n in node.input if n)))):
             values = _evaluate(node, known, opset)
         if values is None or any(o in graph_outputs for o in node.output):
             kept.append(node)

@@ -17,11 +17,12 @@ from onnx import helper
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
-from ...errors import ConversionError, HetcError
+from ...errors import CompileError, ConversionError, HetcError
 from ...native_log import release_frames
 from . import (
     ops,  # noqa: F401  (registers hetc's converters)
     registry,
+    runtime_values,
     symbolic,
 )
 from .loader import LoadedModel, _first_line
@@ -70,6 +71,12 @@ _SHAPE_COMPATIBLE_OPS = {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slic
                          "Concat", "Equal", "Where", "Cast", "CastLike", "Squeeze"}
 
 
+# Of those, the ones that take ShapeExprs only when every input is one: a Concat of a shape
+# with a tensor (MobileViT: ``Concat(Shape(x)[:1], Unsqueeze(h * w), ...)``), or a Gather from a
+# shape at run-time indices, gets tensors (symbolic.py evaluates the ones known at compile time).
+_ALL_OR_NO_SHAPES = {"Concat", "Equal", "Where", "Gather"}
+
+
 class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
     """TVM's importer with hetc's converter registry in front of TVM's table."""
 
@@ -81,21 +88,72 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
         evaluated at compile time (``symbolic``), and an op that cannot take a Shape node's
         ShapeExpr gets it as an int64 tensor instead of failing (e.g. Shape -> Size, Sub)."""
         self._known: dict[str, np.ndarray] = {}
+        self._inferred = {v.name: [d.dim_value if d.HasField("dim_value") else None
+                                   for d in v.type.tensor_type.shape.dim]
+                          for v in graph.value_info if v.type.tensor_type.HasField("shape")}
         for node in graph.node:
             if self._evaluate_symbolic(node):
                 continue
             shapes = {name: self._nodes[name] for name in node.input
                       if name and isinstance(self._nodes.get(name), relax.Expr)
                       and isinstance(self._nodes[name].ty, relax.ShapeType)}
-            if node.op_type in _SHAPE_COMPATIBLE_OPS or not shapes:
+            if node.op_type in _BROADCASTING:
+                self._unify_dims(node)
+            mixed = node.op_type in _ALL_OR_NO_SHAPES and len(shapes) < len([n for n in node.input if n])
+            if (node.op_type in _SHAPE_COMPATIBLE_OPS and not mixed) or not shapes:
                 super()._construct_nodes(_OneNode(node))
+            else:
+                for name, shape in shapes.items():
+                    self._nodes[name] = self.bb.normalize(relax.op.shape_to_tensor(shape))
+                try:
+                    super()._construct_nodes(_OneNode(node))
+                finally:
+                    self._nodes.update(shapes)  # later shape-aware consumers still see the ShapeExpr
+            self._fit_unknown_shapes(node)
+
+    def _unify_dims(self, node: onnx.NodeProto) -> None:
+        """Inputs of a broadcasting op whose dims are expressions the simplifier cannot prove
+        equal (``min(max(L, 0), L + 1)`` and ``L``): the later input is cast to the first's
+        dims (a ``match_cast``, checked at run time), as onnxruntime checks them when it runs.
+        Without it TVM infers no output shape, and nothing after it can be legalized."""
+        names = [n for n in node.input if n]
+        exprs = [self._nodes.get(n) for n in names]
+        if len(exprs) < 2 or not all(isinstance(e, relax.Expr) and isinstance(e.ty, relax.TensorType)
+                                     and hasattr(e.ty.shape, "values") for e in exprs):
+            return
+        first = list(exprs[0].ty.shape.values)
+        for name, expr in zip(names[1:], exprs[1:]):
+            dims = list(expr.ty.shape.values)
+            if len(dims) != len(first):
                 continue
-            for name, shape in shapes.items():
-                self._nodes[name] = self.bb.normalize(relax.op.shape_to_tensor(shape))
-            try:
-                super()._construct_nodes(_OneNode(node))
-            finally:
-                self._nodes.update(shapes)  # later shape-aware consumers still see the ShapeExpr
+            fixed = [a if _differ(a, b) else b for a, b in zip(first, dims)]
+            if any(f is not b for f, b in zip(fixed, dims)):
+                self._nodes[name] = self.bb.match_cast(expr, relax.TensorType(fixed, expr.ty.dtype))
+
+    def _fit_unknown_shapes(self, node: onnx.NodeProto) -> None:
+        """Give an output of known rank but unknown shape fresh symbolic dims, and make static
+        the dims ONNX infers as static (a ``match_cast`` the VM checks), so that the converters
+        after it, which need dims, see them: TVM's
+        broadcasting infers no shape from two dims it cannot prove equal (wav2vec2's positional
+        conv, ``L + 1`` sliced by one, added to ``L``), nor does a reshape to a run-time shape."""
+        for name in node.output:
+            expr = self._nodes.get(name) if name else None
+            ty = getattr(expr, "ty", None) if isinstance(expr, relax.Expr) else None
+            if not isinstance(ty, relax.TensorType) or ty.ndim <= 0:
+                continue
+            if not hasattr(ty.shape, "values"):
+                expr = self._nodes[name] = runtime_values.fit(self.bb, expr, f"{node.op_type.lower()}_dim")
+            # A dim ONNX's shape inference knows statically (it propagates the values of shape
+            # arithmetic, float steps included) that the conversion left symbolic: a reshape to a
+            # run-time shape, as MobileViT's unfold computes it. The cast makes it static.
+            inferred = self._inferred.get(name)
+            dims = list(expr.ty.shape.values)
+            if inferred is None or len(inferred) != len(dims):
+                continue
+            fixed = [tvm.tirx.IntImm("int64", i) if i is not None and not isinstance(d, tvm.tirx.IntImm) else d
+                     for d, i in zip(dims, inferred)]
+            if any(f is not d for f, d in zip(fixed, dims)):
+                self._nodes[name] = self.bb.match_cast(expr, relax.TensorType(fixed, expr.ty.dtype))
 
     def _value(self, name: str) -> np.ndarray | None:
         """The compile-time value of a small integer tensor (ints and symbolic PrimExprs), or None."""
@@ -169,6 +227,19 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
             raise ConversionError(f"node '{node}' ({op_name}): {_first_line(err)}") from err
 
 
+# Elementwise ops with ONNX (numpy) broadcasting, whose inputs' dims ``_unify_dims`` checks.
+_BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Equal", "Less",
+                 "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "PRelu",
+                 "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"}
+
+
+def _differ(a, b) -> bool:
+    """Two symbolic dims, neither a literal 1, that the simplifier cannot prove equal."""
+    if isinstance(a, tvm.tirx.IntImm) or isinstance(b, tvm.tirx.IntImm):
+        return False
+    return not runtime_values.same_dim(a, b) and not symbolic.provably_equal(a, b)
+
+
 _BOOL_RESULTS = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Not"}
 
 
@@ -204,10 +275,82 @@ def to_relax(model: LoadedModel) -> tvm.IRModule:
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         try:
-            return importer.from_onnx(model.proto.graph, model.opset)
+            mod = importer.from_onnx(model.proto.graph, model.opset)
         except Exception as err:
             del importer
             release_frames(err)
             if isinstance(err, HetcError):
                 raise
             raise ConversionError(f"{model.name}: conversion to Relax failed: {_first_line(err)}") from err
+    check_outputs(mod, model)
+    narrow_dims(mod, model)
+    return mod
+
+
+def _pairs(call: relax.Call) -> list[tuple]:
+    """Dims an op takes to be equal without checking them (a matmul's reduction lengths, a
+    conv's input channels): (dim, dim) pairs, ints or PrimExprs."""
+    def shape(i):
+        ty = call.args[i].ty
+        return list(ty.shape.values) if isinstance(ty, relax.TensorType) and isinstance(
+            ty.shape, relax.ShapeExpr) else None
+
+    name = call.op.name if isinstance(call.op, tvm.ir.Op) else ""
+    if name == "relax.matmul":
+        a, b = shape(0), shape(1)
+        if a and b:
+            return [(a[-1], b[-2] if len(b) > 1 else b[0])]
+    elif name in ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d") and call.attrs.data_layout.startswith("NC"):
+        data, weight = shape(0), shape(1)
+        if data and weight and isinstance(weight[1], tvm.tirx.IntImm):
+            return [(data[1], tvm.tirx.IntImm("int64", int(weight[1]) * int(call.attrs.groups)))]
+    return []
+
+
+def narrow_dims(mod: tvm.IRModule, model: LoadedModel) -> None:
+    """A symbolic input dim the graph uses where only one size works (a matmul reducing it
+    against a static length, a conv taking it as its channels) gets that size as its range
+    (``model.dims``, hence the manifest's), so that a run with another size is refused before
+    it reads out of bounds; a CompileError where the declared range does not contain it."""
+    pairs: list[tuple] = []
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call):
+            pairs.extend(_pairs(expr))
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    for a, b in pairs:
+        for var, size in ((a, b), (b, a)):
+            if isinstance(var, tvm.tirx.Var) and var.name in model.dims and isinstance(size, tvm.tirx.IntImm):
+                low, high = model.dims[var.name]
+                if not low <= int(size) <= high:
+                    raise CompileError(f"{model.name}: symbolic dim '{var.name}' must be {int(size)} (an op reduces "
+                                       f"or convolves it against a static size {int(size)}), but its range is "
+                                       f"{low}..{high}")
+                model.dims[var.name] = (int(size), int(size))
+
+
+def check_outputs(mod: tvm.IRModule, model: LoadedModel) -> None:
+    """A CompileError where the converted ``main`` returns another dtype or static shape than the
+    output specs (the manifest's) say: an artifact must not describe its outputs wrongly."""
+    ret = mod["main"].ret_ty
+    results = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
+    if len(results) != len(model.outputs):
+        raise CompileError(f"{model.name}: the converted graph returns {len(results)} value(s), the model "
+                           f"declares {len(model.outputs)} output(s)")
+    for spec, result in zip(model.outputs, results):
+        if not isinstance(result, relax.TensorType):
+            continue
+        dims = None
+        if isinstance(result.shape, relax.ShapeExpr):
+            dims = [int(v) if isinstance(v, tvm.tirx.IntImm) else None for v in result.shape.values]
+        if str(result.dtype) not in ("", spec.dtype):
+            problem = f"dtype {result.dtype}, the model says {spec.dtype}"
+        elif dims is not None and (len(dims) != len(spec.shape) or any(
+                isinstance(a, int) and b is not None and a != b for a, b in zip(spec.shape, dims))):
+            problem = (f"shape [{', '.join('?' if d is None else str(d) for d in dims)}], the model says "
+                       f"[{', '.join(str(d) for d in spec.shape)}]")
+        else:
+            continue
+        raise CompileError(f"{model.name}: output '{spec.name}' is computed with {problem}; hetc does not "
+                           "write an artifact that describes its outputs wrongly")

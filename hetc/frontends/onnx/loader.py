@@ -14,7 +14,7 @@ import logging
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,10 +24,13 @@ import onnx.inliner
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper, helper, numpy_helper
 
-from ...errors import ModelLoadError, ShapeError, UnsafePathError, UnsupportedOpError, UsageError
-from . import registry
+from ...errors import ModelLoadError, ShapeError, UnsafePathError, UnsupportedOpError, UsageError, plain
+from ...options import MAX_DIM
+from . import registry, validate
 from .fold import fold_shape_computations
 from .qdq import fuse_qdq
+from .validate import graphs as _graphs
+from .validate import tensors as _tensors
 
 ModelSource = str | os.PathLike | onnx.ModelProto
 log = logging.getLogger(__name__)
@@ -78,32 +81,7 @@ class LoadedModel:
 
 def _first_line(err: BaseException) -> str:
     lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-    return lines[0] if lines else type(err).__name__
-
-
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """The graph and every subgraph nested in node attributes (If, Loop, Scan)."""
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _graphs(g)
-
-
-def _tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
-    for graph in _graphs(model.graph):
-        yield from graph.initializer
-        for sparse in graph.sparse_initializer:
-            yield sparse.values
-            yield sparse.indices
-        for node in graph.node:
-            for attr in node.attribute:
-                if attr.HasField("t"):
-                    yield attr.t
-                yield from attr.tensors
+    return plain(lines[0]) if lines else type(err).__name__
 
 
 def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str) -> None:
@@ -111,7 +89,11 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: st
     for tensor in _tensors(model):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
-        info = external_data_helper.ExternalDataInfo(tensor)
+        try:
+            info = external_data_helper.ExternalDataInfo(tensor)
+        except (ValueError, TypeError) as err:  # a negative or non-integer offset or length
+            raise ModelLoadError(f"{label}: tensor '{tensor.name}' has invalid external data fields: "
+                                 f"{_first_line(err)}") from err
         location = info.location
         if base_dir is None:
             raise ModelLoadError(
@@ -170,6 +152,7 @@ def _read(source: ModelSource, base_dir: Path | None) -> tuple[onnx.ModelProto, 
         raise ModelLoadError(f"{path}: not a valid ONNX file (truncated or not protobuf)") from err
     if not model.HasField("graph") or not model.ir_version:
         raise ModelLoadError(f"{path}: not an ONNX model (no graph or IR version)")
+    validate.check_text(model, str(path))
     return model, str(path), base_dir or path.parent
 
 
@@ -232,8 +215,8 @@ def _bind_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], la
         tensor_type = value.type.tensor_type
         if name in shapes:
             wanted = [int(d) for d in shapes[name]]
-            if any(d < 0 for d in wanted):
-                raise UsageError(f"input '{name}': shape {wanted} must not have negative dims")
+            if any(not 0 <= d <= MAX_DIM for d in wanted):
+                raise UsageError(f"input '{name}': shape {wanted} must have dims 0..{MAX_DIM}")
             if tensor_type.HasField("shape"):
                 dims = tensor_type.shape.dim
                 if len(dims) != len(wanted):
@@ -270,8 +253,8 @@ def _symbolic_dims(model: onnx.ModelProto, ranges: Mapping[str, Sequence[int]]) 
         raise UsageError(f"--dim names unknown dim(s) {', '.join(unknown)}; the model's symbolic dims: {have}")
     result = {n: tuple(int(v) for v in ranges.get(n, DEFAULT_DIM_RANGE)) for n in sorted(names)}
     for name, (low, high) in result.items():
-        if not 0 <= low <= high:
-            raise UsageError(f"--dim {name}={low}:{high}: the range must have 0 <= low <= high")
+        if not 0 <= low <= high <= MAX_DIM:
+            raise UsageError(f"--dim {name}={low}:{high}: the range must have 0 <= low <= high <= {MAX_DIM}")
     return result
 
 
@@ -306,28 +289,87 @@ def _output_spec(value: onnx.ValueInfoProto, label: str, known: Mapping[str, obj
                                         for d in shape), _dtype(value, label))
 
 
-def _infer_shapes(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
-    """Strict shape inference; where ONNX's inference of some op is incomplete (it raised, but
-    the graph is valid), fall back to the lenient mode and let conversion decide."""
+_INFERENCE_ERRORS = (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError)
+# "(op_type:Conv, node name: c1): [ShapeInferenceError] Attribute kernel_shape has incorrect size"
+_NODE_ERROR = re.compile(r"\(op_type:(\w+)(?:, node name: ([^)]*))?\): \[\w+\] (.*)")
+
+
+def _inference_problem(err: BaseException) -> str:
+    """ONNX's shape inference error in hetc's words: ``node 'c1' (Conv): <what ONNX says>``."""
+    text = _first_line(err)
+    found = _NODE_ERROR.search(text)
+    if found:
+        op, node, what = found.groups()
+        return f"node '{node or '<unnamed>'}' ({op}): {what.strip()}"
+    return text.replace("[ShapeInferenceError] ", "").replace("[TypeInferenceError] ", "")
+
+
+def _infer(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """Strict shape inference. An error in a node's own inference makes the model invalid (as
+    onnxruntime, which refuses to load it); where ONNX's inference of an op's function body or
+    subgraph fails (its inference is incomplete there, the model may well be valid), fall back
+    to the lenient mode and let conversion decide."""
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as strict:
+    except _INFERENCE_ERRORS as strict:
+        if str(strict).count("Inference error(s)") < 2:  # not nested in a function body or subgraph
+            raise ModelLoadError(f"{label}: invalid ONNX model: {_inference_problem(strict)}") from strict
         try:
             lenient = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=False,
                                                         data_prop=True)
-        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as err:
-            raise ShapeError(f"{label}: shape inference failed: {_first_line(err)}") from err
+        except _INFERENCE_ERRORS as err:
+            raise ShapeError(f"{label}: shape inference failed: {_inference_problem(err)}") from err
         log.debug("%s: strict shape inference failed (%s); using lenient inference", label,
                   _first_line(strict))
         return lenient
+
+
+def _merge_declared(declared: onnx.ValueInfoProto, computed: onnx.ValueInfoProto) -> None:
+    """Complete a computed output type with what the model declares where inference left it
+    unknown (a dim's value or name, or the whole type), in place."""
+    have, given = computed.type.tensor_type, declared.type.tensor_type
+    if computed.type.WhichOneof("value") is None or not have.elem_type:
+        computed.type.CopyFrom(declared.type)
+        return
+    if declared.type.WhichOneof("value") != "tensor_type" or not given.HasField("shape"):
+        return
+    if not have.HasField("shape"):
+        have.shape.CopyFrom(given.shape)
+        return
+    for dim, declared_dim in zip(have.shape.dim, given.shape.dim):
+        if not dim.HasField("dim_value") and not dim.dim_param:
+            dim.CopyFrom(declared_dim)
+
+
+def _infer_shapes(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """Shape inference from the inputs alone: declared output types and intermediate
+    ``value_info`` are hints a wrong model gets wrong, so they are set aside, the outputs checked
+    against what the graph computes (``validate.check_outputs``), then filled in where inference
+    could not tell."""
+    declared = [onnx.ValueInfoProto.FromString(v.SerializeToString()) for v in model.graph.output]
+    for value in model.graph.output:
+        value.ClearField("type")
+    del model.graph.value_info[:]
+    inferred = _infer(model, label)
+    validate.check_outputs(declared, inferred.graph, label)
+    for value, given in zip(inferred.graph.output, declared):
+        _merge_declared(given, value)
+    validate.check_inferred(inferred, label)
+    validate.check_input_ranks(inferred, label)
+    return inferred
 
 
 def read_model(source: ModelSource, base_dir: str | os.PathLike | None = None) -> tuple[onnx.ModelProto, str]:
     """Parse a model (path or proto), inline local functions, load external data safely."""
     model, label, root = _read(source, Path(base_dir) if base_dir is not None else None)
     if model.functions:
-        model = onnx.inliner.inline_local_functions(model)
+        try:
+            model = onnx.inliner.inline_local_functions(model)
+        except Exception as err:
+            raise ModelLoadError(f"{label}: cannot inline the model's local functions: {_first_line(err)}") from err
+    validate.check_declared(model, label)  # before any tensor data is read
     _load_external_data(model, root, label)
+    validate.check_tensor_data(model, label)
     return model, label
 
 

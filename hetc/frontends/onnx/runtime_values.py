@@ -11,6 +11,7 @@ every later shape is an expression of them, as with symbolic input dims.
 - ``scalar_var(bb, tensor, prefix)``: a one-element int tensor -> one fresh var.
 - ``fit(bb, expr, prefix)``: a tensor whose shape is unknown -> the same tensor with fresh dims.
 - ``per_axis(bb, axis, rank, build, candidates, label)``: an op along an axis named at run time.
+- ``same_dim(a, b)``: two dims (ints or PrimExprs) are the same dim.
 - ``checked(bb, value, ok, message)``: ``value``, once the run has found ``ok`` true; else the
   run stops with ``message`` (a run-time value out of range, as ``InputError`` in the runtime).
 """
@@ -92,7 +93,7 @@ def per_axis(bb: relax.BlockBuilder, axis: relax.Expr, rank: int, build, candida
     named = [bb.normalize(relax.op.equal(axis, _i64(a))) for a in candidates]  # of the checked axis
     outs = [bb.normalize(build(a)) for a in candidates]
     shapes = [dims(o) for o in outs]
-    differ = [d for d in range(len(shapes[0])) if any(not _same(s[d], shapes[0][d]) for s in shapes)]
+    differ = [d for d in range(len(shapes[0])) if any(not same_dim(s[d], shapes[0][d]) for s in shapes)]
     if differ:
         if not all(isinstance(s[d], int) for s in shapes for d in differ):
             raise ValueError(f"the dims a run-time axis changes must be static, got {shapes}")
@@ -136,7 +137,7 @@ def _i64(value) -> relax.Expr:
     return relax.const(np.asarray(value, np.int64), "int64")
 
 
-def _same(a, b) -> bool:
+def same_dim(a, b) -> bool:
     """Two dims (ints or PrimExprs) are the same dim."""
     if isinstance(a, int) or isinstance(b, int):
         return isinstance(a, int) and isinstance(b, int) and a == b

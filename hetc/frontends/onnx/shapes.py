@@ -16,7 +16,8 @@ def dims(expr: relax.Expr) -> list:
     """The dims of ``expr``'s shape: ints where static, PrimExprs where symbolic."""
     shape = expr.ty.shape
     if shape is None or not hasattr(shape, "values"):
-        raise ValueError(f"the shape of {expr.ty} is not known at compile time (rank {expr.ty.ndim})")
+        raise ValueError(f"the shape of a rank-{expr.ty.ndim} input is not known at compile time "
+                         "(bind the symbolic dims with --input-shape)")
     return [int(d) if isinstance(d, tirx.IntImm) else d for d in shape.values]
 
 

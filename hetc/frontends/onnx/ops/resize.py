@@ -28,9 +28,10 @@ import math
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 
 from .. import runtime_values as rv
+from ..shapes import dims
 from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
 from .resize_dynamic import resize_runtime
@@ -201,7 +202,7 @@ def _resample_axis(bb: relax.BlockBuilder, x: relax.Expr, axis: int, idx: np.nda
                    extrapolated: np.ndarray | None, extrapolation_value: float, work_dtype: str) -> relax.Expr:
     """Resample ``x`` (already in ``work_dtype`` unless the weights are a pure selection)."""
     rank = x.ty.ndim
-    shape = _dims(x)
+    shape = dims(x)
     out_len = idx.shape[0]
     keep = np.any(w != 0, axis=0)  # drop taps that are never used
     if not keep.any():
@@ -240,10 +241,10 @@ def resample(ctx: ConvertContext, x: relax.Expr, plan: list[tuple[int, np.ndarra
     """Apply per-axis (axis, indices, weights, extrapolated) resampling in order."""
     bb = ctx.bb
     dtype = str(x.ty.dtype)
-    if any(d == 0 for d in out_shape):
+    if any(isinstance(d, int) and d == 0 for d in out_shape):
         return relax.op.zeros(out_shape, dtype)
-    if any(d == 0 for d in _dims(x)):
-        raise ctx.error(f"cannot resize an empty input of shape {_dims(x)} to {out_shape}")
+    if any(isinstance(d, int) and d == 0 for d in dims(x)):
+        raise ctx.error(f"cannot resize an empty input of shape {dims(x)} to {out_shape}")
     work = _work_dtype(dtype)
     selection_only = all(((np.count_nonzero(w, axis=1) == 1) & (w.sum(axis=1) == 1)).all() for _, _, w, _ in plan)
     y = x
@@ -267,7 +268,7 @@ def _resize(ctx: ConvertContext, inputs: list, attrs: Attrs):
     inputs = list(inputs) + [None] * 4
     x = inputs[0]
     rank = x.ty.ndim
-    in_shape = _dims(x)
+    in_shape = dims(x)  # symbolic where only axes left alone (a batch) or resized at run time
     if opset < 11:
         roi_e, scales_e, sizes_e = None, inputs[1], None
     else:
@@ -302,7 +303,12 @@ def _resize(ctx: ConvertContext, inputs: list, attrs: Attrs):
             raise ctx.error(f"axes={axes} has duplicates")
 
     scales_e, sizes_e, roi_e = (e if _present(e) else None for e in (scales_e, sizes_e, roi_e))
-    if any(rv.is_runtime(e) for e in (scales_e, sizes_e, roi_e if coord == "tf_crop_and_resize" else None)):
+    if coord != "tf_crop_and_resize" and not rv.is_runtime(scales_e) and not rv.is_runtime(sizes_e):
+        axes, scales_e, sizes_e = _keep_symbolic_axes(ctx, in_shape, axes, scales_e, sizes_e, policy)
+        if not axes:
+            return x  # only symbolic axes, each left as it is
+    if any(rv.is_runtime(e) for e in (scales_e, sizes_e, roi_e if coord == "tf_crop_and_resize" else None)) \
+            or any(not isinstance(in_shape[a], int) for a in axes):
         if (scales_e is None) == (sizes_e is None):
             raise ctx.error("exactly one of the inputs 'scales' and 'sizes' must be given (non-empty)")
         return _cast_back(resize_runtime(
@@ -325,7 +331,7 @@ def _resize(ctx: ConvertContext, inputs: list, attrs: Attrs):
             raise ctx.error(f"input 'scales' must be positive, got {scales.tolist()}")
         for a, s in zip(axes, scales):
             full_scales[a] = float(s)
-            out_shape[a] = int(s * in_shape[a])
+            out_shape[a] = int(s * in_shape[a]) if isinstance(in_shape[a], int) else in_shape[a]  # symbolic: s == 1
     else:
         sizes = sizes.astype(np.int64).reshape(-1)
         if sizes.size != len(axes):
@@ -361,7 +367,7 @@ def _resize(ctx: ConvertContext, inputs: list, attrs: Attrs):
     plan = []
     for a in axes:
         scale, n_in, n_out = full_scales[a], in_shape[a], out_shape[a]
-        identity = (math.isclose(scale, 1.0) and n_out == n_in
+        identity = (math.isclose(scale, 1.0) and (n_out is n_in or n_out == n_in)
                     and (full_roi is None or (math.isclose(full_roi[a][0], 0.0) and math.isclose(full_roi[a][1], 1.0))))
         if identity or n_out == 0 or n_in == 0:
             continue
@@ -371,6 +377,32 @@ def _resize(ctx: ConvertContext, inputs: list, attrs: Attrs):
             plan.append((a, *axis_weights(n_in, n_out, scale, get_coeffs, coord,
                                           None if full_roi is None else full_roi[a], exclude_outside)))
     return resample(ctx, x, plan, out_shape, extrapolation_value)
+
+
+def _keep_symbolic_axes(ctx: ConvertContext, in_shape: list, axes: list[int], scales_e, sizes_e, policy: str):
+    """``(axes, scales, sizes)`` without the symbolic axes (a batch) that the resize leaves as
+    they are: scale exactly 1, or a size (a ``ShapeExpr`` element) equal to the input's dim, as
+    exporters write ``Concat(Shape(x)[:2], (h, w))``. Any other resize of a symbolic axis goes
+    to the run-time path."""
+    symbolic = [a for a in axes if not isinstance(in_shape[a], int)]
+    if not symbolic:
+        return axes, scales_e, sizes_e
+    if scales_e is not None and sizes_e is None:
+        scales = const_value(ctx, scales_e, "scales")
+        if scales is None or scales.size != len(axes):
+            return axes, scales_e, sizes_e  # the checks that follow name the problem
+        scales = scales.reshape(-1)
+        keep = [i for i, a in enumerate(axes) if a not in symbolic or float(scales[i]) != 1.0]
+        return [axes[i] for i in keep], relax.const(scales[keep].astype(np.float32), "float32"), None
+    if isinstance(sizes_e, relax.ShapeExpr) and scales_e is None and policy == "stretch" \
+            and len(sizes_e.values) == len(axes):
+        values = list(sizes_e.values)
+        same = [a in symbolic and rv.same_dim(v, in_shape[a]) for a, v in zip(axes, values)]
+        keep = [i for i in range(len(axes)) if not same[i]]
+        if all(isinstance(values[i], tirx.IntImm) for i in keep):
+            sizes = np.array([int(values[i]) for i in keep], np.int64)
+            return [axes[i] for i in keep], None, relax.const(sizes, "int64")
+    return axes, scales_e, sizes_e
 
 
 def _present(expr) -> bool:

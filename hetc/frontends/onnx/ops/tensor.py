@@ -26,12 +26,11 @@ import tvm
 from tvm import relax
 
 from .. import runtime_values as rv
-from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
+from ..shapes import dims as _any_dims
+from ..shapes import static_dims as _dims
 from .pad_dynamic import center_crop_pad_runtime, pad_runtime
 from .resize import const_value, scalar
-
-
 
 
 def _norm_axes(ctx: ConvertContext, axes, rank: int, what: str) -> list[int]:
@@ -49,7 +48,7 @@ def _crop(bb, x: relax.Expr, axis: int, begin: int, end: int) -> relax.Expr:
 
 
 def _pad_constant(bb, x: relax.Expr, axis: int, before: int, after: int, value: relax.Expr) -> relax.Expr:
-    shape = _dims(x)
+    shape = _any_dims(x)  # symbolic dims (a batch) carry over to the pad blocks
 
     def block(width: int) -> relax.Expr:
         dims = list(shape)
@@ -62,7 +61,9 @@ def _pad_constant(bb, x: relax.Expr, axis: int, before: int, after: int, value: 
 
 
 def _pad_gather(ctx: ConvertContext, x: relax.Expr, axis: int, before: int, after: int, mode: str) -> relax.Expr:
-    n = _dims(x)[axis]
+    n = _any_dims(x)[axis]
+    if not isinstance(n, int):
+        raise ctx.error(f"mode={mode!r} pads axis {axis}, whose size {n} is symbolic; bind it with --input-shape")
     if n == 0:
         raise ctx.error(f"mode={mode!r} cannot pad axis {axis}, which is empty")
     idx = np.pad(np.arange(n, dtype=np.int64), (before, after), mode=mode)
@@ -71,16 +72,25 @@ def _pad_gather(ctx: ConvertContext, x: relax.Expr, axis: int, before: int, afte
 
 def pad_tensor(ctx: ConvertContext, x: relax.Expr, widths: list[tuple[int, int]], mode: str,
                value: relax.Expr | None) -> relax.Expr:
-    """Crop for negative widths, then pad ``widths`` (per axis) in ``mode``."""
+    """Crop for negative widths, then pad ``widths`` (per axis) in ``mode``. Axes left alone
+    may be symbolic; an axis cropped must be static."""
     bb = ctx.bb
-    shape = _dims(x)
+    shape = _any_dims(x)
     for axis, (b, a) in enumerate(widths):
         if b < 0 or a < 0:
+            if not isinstance(shape[axis], int):
+                raise ctx.error(f"negative pads crop axis {axis}, whose size {shape[axis]} is symbolic; "
+                                "bind it with --input-shape")
             begin, end = max(-b, 0), shape[axis] - max(-a, 0)
             if end < begin:
                 raise ctx.error(f"negative pads {(b, a)} remove more than the {shape[axis]} elements of axis {axis}")
             x = _crop(bb, x, axis, begin, end)
     numpy_mode = {"edge": "edge", "reflect": "reflect", "wrap": "wrap"}
+    fill = _finite_constant(value) if mode == "constant" else None
+    if fill is not None and any(b > 0 or a > 0 for b, a in widths):
+        # one nn.pad: it has a layout rule (stays NHWC between convs) and fuses with its producer
+        flat = [max(w, 0) for pair in widths for w in pair]
+        return bb.normalize(relax.op.nn.pad(x, flat, pad_value=fill))
     for axis, (b, a) in enumerate(widths):
         b, a = max(b, 0), max(a, 0)
         if not (b or a):
@@ -90,6 +100,16 @@ def pad_tensor(ctx: ConvertContext, x: relax.Expr, widths: list[tuple[int, int]]
         else:
             x = _pad_gather(ctx, x, axis, b, a, numpy_mode[mode])
     return x
+
+
+def _finite_constant(value: relax.Expr | None) -> float | None:
+    """``value`` as a Python float when it is a finite compile-time constant that a float
+    holds exactly, else None (a run-time value, inf/NaN, or a large int64)."""
+    if not isinstance(value, tvm.ir.GenericConst):
+        return None
+    v = value.value.numpy().reshape(-1)[0]
+    f = float(v)
+    return f if np.isfinite(f) and (np.asarray(v).dtype.kind == "f" or abs(f) < 2 ** 53) else None
 
 
 def _value_scalar(ctx: ConvertContext, expr, dtype: str) -> relax.Expr:

@@ -1,0 +1,145 @@
+"""Graph patterns that real exports write (found by benchmarks/model_zoo.py), with a symbolic
+batch as ``dynamic_axes`` users leave it, compiled once and run at two batch sizes against
+onnxruntime:
+
+- Pad before a conv (TensorFlow "same" padding: transformers' MobileNetV1, EfficientNet),
+- Resize of a symbolic-batch tensor by constant scales, and to ``Concat(Shape(x)[:2], (h, w))``
+  (SegFormer's decode head),
+- a Reshape whose shape comes from float arithmetic on constants (DINOv2's ``int(sqrt(n))``),
+- a Concat of a shape slice with a tensor computed at run time (MobileViT),
+- a slice ``[:-1]`` of a conv's ``L + 1`` outputs added to ``L`` (wav2vec2's positional conv).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from conftest import assert_close, ort_run
+from onnx import TensorProto, helper, numpy_helper
+
+import hetc
+
+RNG = np.random.default_rng(0)
+
+
+def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "pattern", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _const(name: str, array) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def _check(model: onnx.ModelProto, make_inputs, batches=(1, 3)) -> hetc.CompiledModel:
+    compiled = hetc.compile(model, "cpu")
+    for batch in batches:
+        inputs = make_inputs(batch)
+        got = compiled.run(inputs)
+        for actual, expected in zip(got.values(), ort_run(model, inputs)):
+            assert_close(actual, expected)
+    return compiled
+
+
+def _image(channels: int, size: int):
+    return lambda b: {"x": RNG.standard_normal((b, channels, size, size)).astype(np.float32)}
+
+
+def test_pad_before_conv_is_folded_into_the_conv():
+    w = RNG.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    model = _model(
+        [helper.make_node("Pad", ["x", "pads"], ["p"], mode="constant"),
+         helper.make_node("Conv", ["p", "w"], ["y"], strides=[2, 2]),
+         helper.make_node("Pad", ["y", "pads2"], ["z"], mode="constant")],  # no conv after: one nn.pad
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 9, 9])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 8, 5, 5])],
+        [_const("pads", np.array([0, 0, 0, 1, 0, 0, 1, 0], np.int64)), _const("w", w),
+         _const("pads2", np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64))])
+    compiled = _check(model, _image(4, 9))
+    kernels = list(compiled.report["kernels"])
+    # the pad before the conv is gone (in the conv's padding); the one after it is one nn.pad
+    assert [k for k in kernels if "pad" in k and "conv2d" not in k] and not any("pad" in k and "conv2d" in k
+                                                                                for k in kernels)
+    assert sum("pad" in k for k in kernels) == 1 and not any("concatenate" in k for k in kernels)
+
+
+def test_resize_by_constant_scales_keeps_a_symbolic_batch():
+    model = _model(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [_const("scales", np.array([1, 1, 2, 2], np.float32))])
+    _check(model, _image(3, 4))
+
+
+def test_resize_to_sizes_built_from_the_input_shape():
+    model = _model(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Slice", ["s", "zero", "two"], ["nc"]),
+         helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+         helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 7, 6])],
+        [_const("zero", np.array([0], np.int64)), _const("two", np.array([2], np.int64)),
+         _const("hw", np.array([7, 6], np.int64))])
+    _check(model, _image(3, 4))
+
+
+def test_reshape_to_float_shape_arithmetic():
+    # int(16 ** 0.5) = 4, as DINOv2 computes the side of its position-embedding grid
+    model = _model(
+        [helper.make_node("Pow", ["n", "half"], ["root"]),
+         helper.make_node("Cast", ["root"], ["side"], to=TensorProto.INT64),
+         helper.make_node("Concat", ["minus1", "side", "side"], ["shape"], axis=0),
+         helper.make_node("Reshape", ["x", "shape"], ["r"]),
+         helper.make_node("Resize", ["r", "", "scales"], ["y"], mode="nearest")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8, 8])],
+        [_const("n", np.array([16.0], np.float32)), _const("half", np.array([0.5], np.float32)),
+         _const("minus1", np.array([-1], np.int64)), _const("scales", np.array([1, 2, 2], np.float32))])
+    _check(model, lambda b: {"x": RNG.standard_normal((b, 16)).astype(np.float32)})
+
+
+def test_concat_of_a_shape_slice_and_a_runtime_tensor():
+    # the new shape's last entry is computed from the data (ArgMax + 2): known at run time only
+    model = _model(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Slice", ["s", "zero", "one"], ["b"]),
+         helper.make_node("ReduceMax", ["idx"], ["m"], keepdims=1),
+         helper.make_node("Concat", ["b", "m"], ["shape"], axis=0),
+         helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, 6]),
+         helper.make_tensor_value_info("idx", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "k"])],
+        [_const("zero", np.array([0], np.int64)), _const("one", np.array([1], np.int64))])
+    _check(model, lambda b: {"x": RNG.standard_normal((b, 2, 6)).astype(np.float32),
+                             "idx": np.array([12], np.int64)})
+
+
+def test_conv_output_sliced_by_one_added_to_its_input():
+    w = RNG.standard_normal((4, 1, 4)).astype(np.float32)
+    model = _model(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[2, 2], group=4),  # L + 1 outputs
+         helper.make_node("Slice", ["c", "zero", "minus1", "two"], ["s"]),
+         helper.make_node("Add", ["x", "s"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, "samples"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, "samples"])],
+        [_const("w", w), _const("zero", np.array([0], np.int64)), _const("minus1", np.array([-1], np.int64)),
+         _const("two", np.array([2], np.int64))])
+    compiled = hetc.compile(model, "cpu")
+    for batch, samples in ((1, 10), (2, 17)):
+        inputs = {"x": RNG.standard_normal((batch, 4, samples)).astype(np.float32)}
+        assert_close(compiled.run(inputs)["y"], ort_run(model, inputs)[0])
+
+
+@pytest.mark.parametrize("value", [0.0, 1.5])
+def test_pad_with_a_symbolic_batch_matches_onnxruntime(value):
+    model = _model(
+        [helper.make_node("Pad", ["x", "pads", "v"], ["y"], mode="constant")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 5])],
+        [_const("pads", np.array([0, 1, 1, 0, 0, 1], np.int64)), _const("v", np.array(value, np.float32))])
+    _check(model, lambda b: {"x": RNG.standard_normal((b, 2, 3)).astype(np.float32)})
