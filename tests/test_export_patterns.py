@@ -120,15 +120,19 @@ def test_concat_of_a_shape_slice_and_a_runtime_tensor():
 
 
 def test_conv_output_sliced_by_one_added_to_its_input():
-    w = RNG.standard_normal((4, 1, 4)).astype(np.float32)
+    # wav2vec2: a strided feature conv (T = floor((L - 3) / 2) + 1), a positional conv with even
+    # kernel (T + 1 outputs) sliced [:-1], added to its input: T and min(max(T, 0), T + 1)
+    w1 = RNG.standard_normal((4, 1, 3)).astype(np.float32)
+    w2 = RNG.standard_normal((4, 1, 4)).astype(np.float32)
     model = _model(
-        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[2, 2], group=4),  # L + 1 outputs
+        [helper.make_node("Conv", ["x", "w1"], ["f"], strides=[2], group=4),
+         helper.make_node("Conv", ["f", "w2"], ["c"], pads=[2, 2], group=4),
          helper.make_node("Slice", ["c", "zero", "minus1", "two"], ["s"]),
-         helper.make_node("Add", ["x", "s"], ["y"])],
+         helper.make_node("Add", ["f", "s"], ["y"])],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, "samples"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, "samples"])],
-        [_const("w", w), _const("zero", np.array([0], np.int64)), _const("minus1", np.array([-1], np.int64)),
-         _const("two", np.array([2], np.int64))])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, "frames"])],
+        [_const("w1", w1), _const("w2", w2), _const("zero", np.array([0], np.int64)),
+         _const("minus1", np.array([-1], np.int64)), _const("two", np.array([2], np.int64))])
     compiled = hetc.compile(model, "cpu")
     for batch, samples in ((1, 10), (2, 17)):
         inputs = {"x": RNG.standard_normal((batch, 4, samples)).astype(np.float32)}
@@ -143,3 +147,27 @@ def test_pad_with_a_symbolic_batch_matches_onnxruntime(value):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 5])],
         [_const("pads", np.array([0, 1, 1, 0, 0, 1], np.int64)), _const("v", np.array(value, np.float32))])
     _check(model, lambda b: {"x": RNG.standard_normal((b, 2, 3)).astype(np.float32)})
+
+
+def test_reshape_to_float_arithmetic_on_a_static_part_of_a_symbolic_shape():
+    # MobileViT's unfold: ceil(h / patch) * patch from Shape(x)[2], with a symbolic batch; then a
+    # LayerNorm whose scale must meet the reshaped tensor's last dim
+    scale = RNG.standard_normal(6).astype(np.float32)
+    model = _model(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Gather", ["s", "two"], ["h"], axis=0),
+         helper.make_node("Cast", ["h"], ["hf"], to=TensorProto.FLOAT),
+         helper.make_node("Div", ["hf", "four"], ["q"]),
+         helper.make_node("Ceil", ["q"], ["c"]),
+         helper.make_node("Cast", ["c"], ["ci"], to=TensorProto.INT64),
+         helper.make_node("Mul", ["ci", "three"], ["side"]),
+         helper.make_node("Unsqueeze", ["side", "zero"], ["last"]),
+         helper.make_node("Concat", ["minus1", "last"], ["shape"], axis=0),
+         helper.make_node("Reshape", ["x", "shape"], ["r"]),
+         helper.make_node("LayerNormalization", ["r", "scale"], ["y"], axis=-1)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 6])],
+        [_const("two", np.array(2, np.int64)), _const("four", np.array(4.0, np.float32)),
+         _const("three", np.array(3, np.int64)), _const("zero", np.array([0], np.int64)),
+         _const("minus1", np.array([-1], np.int64)), _const("scale", scale)])
+    _check(model, _image(4, 6))

@@ -23,7 +23,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 # Ops whose outputs are not a function of their inputs alone.
-_NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
                      "Bernoulli", "Dropout"}
 _MAX_ELEMENTS = 1 << 16  # shape arithmetic is small; bigger integer tensors stay runtime values
 # Float values this small fold too: the scalars of shape arithmetic (``int(sqrt(positions))``
@@ -81,7 +81,7 @@ def _result_size(node: onnx.NodeProto, known: dict[str, np.ndarray], infos: dict
     return 0  # bounded by its inputs' sizes
 
 
-def _evaluate(node: onnx.NodeProto, known: dict[str, np.ndarray], opset: int) -> list[np.ndarray] | None:
+def evaluate_node(node: onnx.NodeProto, known: dict[str, np.ndarray], opset: int) -> list[np.ndarray] | None:
     inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(known[name].dtype), None)
               for name in node.input if name]
     outputs = [helper.make_tensor_value_info(name, onnx.TensorProto.UNDEFINED, None)
@@ -105,7 +105,7 @@ def fold_shape_computations(model: onnx.ModelProto, opset: int) -> int:
         values = None
         has_subgraph = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                            for a in node.attribute)
-        if node.domain not in ("", "ai.onnx") or has_subgraph or node.op_type in _NONDETERMINISTIC:
+        if node.domain not in ("", "ai.onnx") or has_subgraph or node.op_type in NONDETERMINISTIC:
             pass
         elif node.op_type in ("Shape", "Size") and (shape := _static_shape(infos.get(node.input[0]))) is not None:
             values = [_shape_value(node, shape)]
@@ -115,7 +115,7 @@ def fold_shape_computations(model: onnx.ModelProto, opset: int) -> int:
               and (all(_is_integer(infos.get(o)) for o in node.output if o)
                    or (0 < size <= _SCALAR_ELEMENTS and all(known[n].size <= _SCALAR_ELEMENTS
                                                             for n in node.input if n)))):
-            values = _evaluate(node, known, opset)
+            values = evaluate_node(node, known, opset)
         if values is None or any(o in graph_outputs for o in node.output):
             kept.append(node)
             continue

@@ -20,6 +20,7 @@ from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 from ...errors import CompileError, ConversionError, HetcError
 from ...native_log import release_frames
 from . import (
+    fold,
     ops,  # noqa: F401  (registers hetc's converters)
     registry,
     runtime_values,
@@ -92,7 +93,7 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
                                    for d in v.type.tensor_type.shape.dim]
                           for v in graph.value_info if v.type.tensor_type.HasField("shape")}
         for node in graph.node:
-            if self._evaluate_symbolic(node):
+            if self._evaluate_symbolic(node) or self._evaluate_static(node):
                 continue
             shapes = {name: self._nodes[name] for name in node.input
                       if name and isinstance(self._nodes.get(name), relax.Expr)
@@ -112,22 +113,36 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
             self._fit_unknown_shapes(node)
 
     def _unify_dims(self, node: onnx.NodeProto) -> None:
-        """Inputs of a broadcasting op whose dims are expressions the simplifier cannot prove
-        equal (``min(max(L, 0), L + 1)`` and ``L``): the later input is cast to the first's
-        dims (a ``match_cast``, checked at run time), as onnxruntime checks them when it runs.
-        Without it TVM infers no output shape, and nothing after it can be legalized."""
+        """Inputs of a broadcasting op (dims aligned from the right) whose dims TVM cannot
+        match: two different expressions (``min(max(L, 0), L + 1)`` and ``L``), or a symbolic dim against a static one other than 1 (a reshape to a run-time
+        shape, then a LayerNorm's scale): the later input is cast to the first's dim, the
+        symbolic one to the static one (a ``match_cast``, checked at run time, as onnxruntime
+        checks them when it runs). Without it TVM infers no output shape, and nothing after it
+        can be legalized."""
         names = [n for n in node.input if n]
         exprs = [self._nodes.get(n) for n in names]
         if len(exprs) < 2 or not all(isinstance(e, relax.Expr) and isinstance(e.ty, relax.TensorType)
                                      and hasattr(e.ty.shape, "values") for e in exprs):
             return
-        first = list(exprs[0].ty.shape.values)
-        for name, expr in zip(names[1:], exprs[1:]):
+        rank = max(e.ty.ndim for e in exprs)
+        skip = None  # Concat: the axis it joins along may differ
+        if node.op_type == "Concat":
+            axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), None)
+            if axis is None or not -rank <= axis < rank or any(e.ty.ndim != rank for e in exprs):
+                return
+            skip = rank - 1 - (axis % rank)  # counted from the right
+        target = [None] * rank  # per axis, from the right: the dim every input must have
+        for expr in exprs:
+            for i, d in enumerate(reversed(list(expr.ty.shape.values))):
+                t = target[i]
+                if t is None or (isinstance(t, tvm.tirx.IntImm) and int(t) == 1) or (
+                        not isinstance(t, tvm.tirx.IntImm) and isinstance(d, tvm.tirx.IntImm) and int(d) != 1):
+                    target[i] = d
+        for name, expr in zip(names, exprs):
             dims = list(expr.ty.shape.values)
-            if len(dims) != len(first):
-                continue
-            fixed = [a if _differ(a, b) else b for a, b in zip(first, dims)]
-            if any(f is not b for f, b in zip(fixed, dims)):
+            fixed = [t if _differ(t, d) and len(dims) - 1 - i != skip else d
+                     for i, (d, t) in enumerate(zip(dims, reversed(target[:len(dims)])))]
+            if any(f is not d for f, d in zip(fixed, dims)):
                 self._nodes[name] = self.bb.match_cast(expr, relax.TensorType(fixed, expr.ty.dtype))
 
     def _fit_unknown_shapes(self, node: onnx.NodeProto) -> None:
@@ -199,6 +214,43 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
             self._nodes[name] = symbolic.emit(self.bb, value, dtype)
         return True
 
+    def _evaluate_static(self, node: onnx.NodeProto) -> bool:
+        """Bind the outputs of a node whose inputs are all small constants (static shape values
+        included) to constants, evaluated by ONNX's reference implementation, as ``fold.py``
+        does before conversion: float steps of shape arithmetic that depend on a static part of
+        a symbolic shape (MobileViT's ``ceil(h / patch) * patch`` from ``Shape(x)[2]``, with a
+        symbolic batch), which ``symbolic`` (integers only) does not evaluate."""
+        if node.domain not in registry.DEFAULT_DOMAINS or node.op_type in fold.NONDETERMINISTIC or any(
+                a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            return False
+        known = {}
+        for name in node.input:
+            if not name:
+                continue
+            expr = self._nodes.get(name)
+            if not isinstance(expr, tvm.ir.GenericConst):
+                value = self._known.get(name)
+                if value is None or not symbolic.is_static(value):
+                    return False
+                known[name] = np.array([int(v) for v in value.flat], np.int64).reshape(value.shape)
+                continue
+            known[name] = expr.value.numpy()
+        if not known or any(v.size > symbolic.MAX_ELEMENTS for v in known.values()):
+            return False
+        outputs = fold.evaluate_node(node, known, self.opset)
+        if outputs is None or any(np.asarray(o).size > symbolic.MAX_ELEMENTS for o in outputs):
+            return False
+        for name, value in zip(node.output, outputs):
+            value = np.asarray(value)
+            if not name:
+                continue
+            const = relax.const(value, str(value.dtype))
+            self._nodes[name] = const
+            integer = symbolic.known(value)
+            if integer is not None:
+                self._known[name] = integer
+        return True
+
     def _dtype_of(self, name: str) -> str:
         expr = self._nodes[name]
         return "int64" if isinstance(expr.ty, relax.ShapeType) else str(expr.ty.dtype)
@@ -227,17 +279,20 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
             raise ConversionError(f"node '{node}' ({op_name}): {_first_line(err)}") from err
 
 
-# Elementwise ops with ONNX (numpy) broadcasting, whose inputs' dims ``_unify_dims`` checks.
+# Ops whose inputs broadcast (numpy rules; a LayerNorm's scale and bias against the input's last
+# dims) or must agree (Concat, but on its axis), whose inputs' dims ``_unify_dims`` checks.
 _BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Equal", "Less",
                  "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "PRelu",
-                 "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"}
+                 "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "LayerNormalization", "Concat"}
 
 
-def _differ(a, b) -> bool:
-    """Two symbolic dims, neither a literal 1, that the simplifier cannot prove equal."""
-    if isinstance(a, tvm.tirx.IntImm) or isinstance(b, tvm.tirx.IntImm):
+def _differ(target, dim) -> bool:
+    """``dim`` must be cast to ``target``: ``dim`` is symbolic and not the same expression as
+    ``target`` (a symbolic dim, or a static one other than 1). Expressions equal over the dims'
+    ranges are cast too: TVM's shape inference does not know the ranges."""
+    if isinstance(dim, tvm.tirx.IntImm) or (isinstance(target, tvm.tirx.IntImm) and int(target) == 1):
         return False
-    return not runtime_values.same_dim(a, b) and not symbolic.provably_equal(a, b)
+    return not runtime_values.same_dim(target, dim)
 
 
 _BOOL_RESULTS = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Not"}

@@ -215,8 +215,10 @@ def _bind_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], la
         tensor_type = value.type.tensor_type
         if name in shapes:
             wanted = [int(d) for d in shapes[name]]
-            if any(not 0 <= d <= MAX_DIM for d in wanted):
-                raise UsageError(f"input '{name}': shape {wanted} must have dims 0..{MAX_DIM}")
+            if any(d < 0 for d in wanted):
+                raise UsageError(f"input '{name}': shape {wanted} must not have negative dims")
+            if any(d > MAX_DIM for d in wanted):
+                raise UsageError(f"input '{name}': shape {wanted} has a dim above {MAX_DIM}")
             if tensor_type.HasField("shape"):
                 dims = tensor_type.shape.dim
                 if len(dims) != len(wanted):

@@ -48,11 +48,6 @@ def simplify(value):
     return int(value.value) if isinstance(value, tirx.IntImm) else value
 
 
-def provably_equal(a: tirx.PrimExpr, b: tirx.PrimExpr) -> bool:
-    """Whether two dims are equal for every value of the symbolic dims in their ranges."""
-    return bool(_ANALYZER.can_prove_equal(a, b))
-
-
 def _prim(value) -> tirx.PrimExpr:
     return tirx.const(int(value), "int64") if isinstance(value, (int, np.integer)) else value
 
