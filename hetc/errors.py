@@ -70,6 +70,21 @@ def runtime_check_message(err: BaseException) -> str | None:
     return text[start + len(RUNTIME_CHECK):end if end >= 0 else None].strip()
 
 
+# TVM's VM checking a tensor against a shape the compiled model fixed (a match_cast):
+# "Check failed: input_shape[i] == reg (1 vs. 4) : ErrorContext(match_cast, ...)"
+_MATCH_CAST = re.compile(r"\((-?\d+) vs\. (-?\d+)\)\s*:\s*ErrorContext\(match_cast")
+
+
+def shape_check_message(err: BaseException) -> str | None:
+    """A failed shape check of the VM (an input's symbolic dim meets a size the model fixes
+    where it broadcasts or reshapes it) in hetc's words, or None."""
+    found = _MATCH_CAST.search(str(err))
+    if found is None:
+        return None
+    return (f"the inputs do not fit the model: a dim the model computes as {found.group(2)} is {found.group(1)} "
+            "with these inputs (a symbolic input dim is used where the model fixes its size)")
+
+
 class HetcError(Exception):
     """Base class: a problem the user can act on. ``exit_code`` is what the CLI returns."""
 

@@ -255,6 +255,19 @@ def test_symbolic_dim_a_matmul_fixes_gets_that_size(tmp_path):
                     "d=LOW:HIGH to change it)")
 
 
+def test_run_whose_symbolic_dim_breaks_a_fixed_size_is_one_line(tmp_path):
+    """x[n, 8] @ w + b[4, 1]: the broadcast fixes n to 4 (a match_cast); n = 3 used to end in
+    TVM's RuntimeError traceback."""
+    model = make([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+                 [tensor("x", ["n", 8])], [tensor("y", ["n", 4])],
+                 {"w": np.ones((8, 4), np.float32), "b": np.ones((4, 1), np.float32)})
+    assert run_cli("compile", save(model, tmp_path / "m.onnx"), "-o", tmp_path / "out").code == 0
+    np.savez(tmp_path / "x.npz", x=np.ones((3, 8), np.float32))
+    line = _error(run_cli("run", tmp_path / "out", "--inputs", tmp_path / "x.npz"))
+    assert line == ("hetc: error: the inputs do not fit the model: a dim the model computes as 4 is 3 with these "
+                    "inputs (a symbolic input dim is used where the model fixes its size)")
+
+
 def test_inputs_file_that_is_not_a_zip_or_claims_terabytes_is_refused(tmp_path, examples):
     fuzz_onnx = _fuzz_module()
     out = tmp_path / "mlp"

@@ -25,7 +25,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..errors import DeviceError, InputError, last_line, runtime_check_message
+from ..errors import DeviceError, InputError, last_line, runtime_check_message, shape_check_message
 from ..native_log import filtered_stderr
 from ..options import default_threads
 from .standalone import install_pool
@@ -138,10 +138,10 @@ class VMRunner:
         try:
             return main(*inputs)
         except Exception as err:  # noqa: BLE001 - TVM raises its own error classes
-            message = runtime_check_message(err)
+            message = runtime_check_message(err) or shape_check_message(err)
             if message is None:
                 raise
-            raise InputError(message) from None  # a run-time value the model rejects
+            raise InputError(message) from None  # a run-time value or shape the model rejects
 
 
 _CPU = tvm.cpu().dlpack_device_type()

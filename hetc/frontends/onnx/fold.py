@@ -7,12 +7,12 @@ supported", "Reshape requires the input new shape to be Shape"). This pass repla
 
 - ``Shape`` / ``Size`` of a tensor whose inferred shape is static, and
 - any deterministic default-domain node whose inputs are all constants and whose outputs
-  are integer or bool tensors (shape arithmetic), or float tensors of at most
-  ``_SCALAR_ELEMENTS`` elements computed from tensors that small (the float scalars in
-  shape arithmetic)
+  are integer or bool tensors (shape arithmetic)
 
-with initializers, evaluated by ONNX's reference implementation. Other float computations are
-left to the graph passes (``FoldConstant``), so numerics stay on one path.
+with initializers, evaluated by ONNX's reference implementation. Float computations are
+left to the graph passes (``FoldConstant``), so numerics stay on one path; where a float step
+of shape arithmetic decides a shape (``int(sqrt(n))``), the importer evaluates it
+(``HetcGraphImporter._evaluate_static``).
 """
 
 from __future__ import annotations
@@ -24,12 +24,8 @@ from onnx.reference import ReferenceEvaluator
 
 # Ops whose outputs are not a function of their inputs alone.
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
-                     "Bernoulli", "Dropout"}
+                    "Bernoulli", "Dropout"}
 _MAX_ELEMENTS = 1 << 16  # shape arithmetic is small; bigger integer tensors stay runtime values
-# Float values this small fold too: the scalars of shape arithmetic (``int(sqrt(positions))``
-# as exporters write it: Pow/Sqrt of constants, then Cast to int64), which would otherwise
-# leave a shape unknown until run time.
-_SCALAR_ELEMENTS = 8
 
 
 def _static_shape(value: onnx.ValueInfoProto | None) -> tuple[int, ...] | None:
@@ -112,9 +108,7 @@ def fold_shape_computations(model: onnx.ModelProto, opset: int) -> int:
         elif (all(name in known for name in node.input if name)
               and all(known[n].size <= _MAX_ELEMENTS for n in node.input if n)
               and (size := _result_size(node, known, infos)) is not None and size <= _MAX_ELEMENTS
-              and (all(_is_integer(infos.get(o)) for o in node.output if o)
-                   or (0 < size <= _SCALAR_ELEMENTS and all(known[n].size <= _SCALAR_ELEMENTS
-                                                            for n in node.input if n)))):
+              and all(_is_integer(infos.get(o)) for o in node.output if o)):
             values = evaluate_node(node, known, opset)
         if values is None or any(o in graph_outputs for o in node.output):
             kept.append(node)

@@ -339,7 +339,8 @@ def _merge_declared(declared: onnx.ValueInfoProto, computed: onnx.ValueInfoProto
         have.shape.CopyFrom(given.shape)
         return
     for dim, declared_dim in zip(have.shape.dim, given.shape.dim):
-        if not dim.HasField("dim_value") and not dim.dim_param:
+        # "unk__N": a name ONNX's inference made up for a dim it could not express
+        if not dim.HasField("dim_value") and (not dim.dim_param or dim.dim_param.startswith("unk__")):
             dim.CopyFrom(declared_dim)
 
 
