@@ -1235,6 +1235,18 @@ def print_table(summary: dict) -> None:
     Console(width=200).print(table)
 
 
+def _source_version() -> str:
+    """The hetc commit the campaign ran (``+dirty`` with uncommitted changes), or "unknown"."""
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "hetc"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
 def run_campaign(args) -> dict:
     kinds = sorted(MUTATIONS) if not args.kinds else args.kinds.split(",")
     unknown = [k for k in kinds if k not in MUTATIONS]
@@ -1292,6 +1304,7 @@ def run_campaign(args) -> dict:
         shutil.rmtree(work, ignore_errors=True)
     summary = summarize(out)
     summary.update(seed=args.seed, kinds=kinds, wall_seconds_this_run=round(time.perf_counter() - start, 1),
+                   source=_source_version(),
                    mode="fresh" if args.fresh else "worker", memory_mb=args.memory_mb, timeout=args.timeout,
                    worker_restarts=sum(r.worker.restarts for r in runners))
     Path(str(out) + ".summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import sys
 
 import numpy as np
@@ -265,6 +266,21 @@ def test_run_whose_symbolic_dim_breaks_a_fixed_size_is_one_line(tmp_path):
     np.savez(tmp_path / "x.npz", x=np.ones((3, 8), np.float32))
     line = _error(run_cli("run", tmp_path / "out", "--inputs", tmp_path / "x.npz"))
     assert line == ("hetc: error: the inputs do not fit the model: a dim the model computes as 4 is 3 with these "
+                    "inputs (a symbolic input dim is used where the model fixes its size)")
+
+
+def test_declared_output_dim_that_inference_cannot_check_is_checked_at_run_time(tmp_path):
+    """x[batch, d] + Range(0, d) declared as [batch, 5]: ONNX cannot tell the dim (Range), the
+    manifest takes the declared 5, so the run checks it instead of returning [1, 4]."""
+    model = _fuzz_module().SEEDS["dynamic"]().model
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "d"
+    path = save(model, tmp_path / "m.onnx")
+    assert run_cli("compile", path, "-o", tmp_path / "out", "--dim", "d=1:8").code == 0
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["outputs"][0]["shape"] == ["batch", 5]
+    np.savez(tmp_path / "x.npz", x=np.ones((1, 4), np.float32))
+    line = _error(run_cli("run", tmp_path / "out", "--inputs", tmp_path / "x.npz"))
+    assert line == ("hetc: error: the inputs do not fit the model: a dim the model computes as 5 is 4 with these "
                     "inputs (a symbolic input dim is used where the model fixes its size)")
 
 

@@ -18,7 +18,7 @@ pytest.importorskip("torch", reason="torch is needed to export the zoo models")
 pytest.importorskip("transformers", reason="transformers builds the zoo models")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import model_zoo  # noqa: E402
+import model_zoo
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 

@@ -91,7 +91,7 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
         self._known: dict[str, np.ndarray] = {}
         self._inferred = {v.name: [d.dim_value if d.HasField("dim_value") else None
                                    for d in v.type.tensor_type.shape.dim]
-                          for v in graph.value_info if v.type.tensor_type.HasField("shape")}
+                          for v in [*graph.value_info, *graph.output] if v.type.tensor_type.HasField("shape")}
         for node in graph.node:
             if self._evaluate_symbolic(node) or self._evaluate_static(node):
                 continue

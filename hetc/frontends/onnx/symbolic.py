@@ -26,9 +26,9 @@ from collections.abc import Callable
 import numpy as np
 import onnx
 import tvm
-from tvm.sym.analyzer import Analyzer
 from onnx import helper
 from tvm import relax, tirx
+from tvm.sym.analyzer import Analyzer
 
 MAX_ELEMENTS = 64  # shape arithmetic is small; bigger integer tensors are data, not shapes
 _ANALYZER = Analyzer()

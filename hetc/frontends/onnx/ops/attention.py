@@ -34,8 +34,8 @@ import math
 import numpy as np
 from tvm import relax
 
-from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
+from ..shapes import static_dims as _dims
 
 _SOFTMAX_DTYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from tvm import relax
 
-from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
+from ..shapes import static_dims as _dims
 
 _REDUCTIONS = ("none", "sum", "mean")
 _LOW_PRECISION = ("float16", "bfloat16")

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from tvm import relax
 
+from ..registry import Attrs, ConvertContext, converter
 from ..shapes import dims as _dims
 from ..shapes import is_static
-from ..registry import Attrs, ConvertContext, converter
 
 _STASH_DTYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 

@@ -31,9 +31,9 @@ import tvm
 from tvm import relax, tirx
 
 from .. import runtime_values as rv
+from ..registry import Attrs, ConvertContext, converter
 from ..shapes import dims
 from ..shapes import static_dims as _dims
-from ..registry import Attrs, ConvertContext, converter
 from .resize_dynamic import resize_runtime
 
 _COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from tvm import relax
 
-from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
-
-
+from ..shapes import static_dims as _dims
 
 
 def _slice(x: relax.Expr, axis: int, begin: int, end: int, stride: int = 1) -> relax.Expr:

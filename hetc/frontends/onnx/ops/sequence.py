@@ -19,8 +19,8 @@ import math
 
 from tvm import relax
 
-from ..shapes import static_dims as _dims
 from ..registry import Attrs, ConvertContext, converter
+from ..shapes import static_dims as _dims
 
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
