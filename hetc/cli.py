@@ -315,6 +315,16 @@ def _print_parallel(manifest, out: Path, seconds: float) -> None:
         if r["tp_group"][0] == k:
             line += f", receives {len(r['receive'])}, sends {len(r['send'])} tensor(s)"
         lines.append(line + (f", {comm}" if comm else ""))
+    shards = [par] if par["kind"] == "tensor" else par.get("stage_shards", [])
+    for k, shard in enumerate(shards):
+        where = "" if par["kind"] == "tensor" else f"stage {k}: "
+        blocks = [b["kind"] for b in shard.get("blocks", [])]
+        traffic = ", ".join(f"{name} {size:,} B" for name, size in sorted(shard.get("collective_bytes", {}).items()))
+        lines.append(f"{where}sharded {blocks.count('attention')} attention and {blocks.count('mlp')} MLP block(s)"
+                     + (f"; per step: {traffic}" if traffic else ""))
+        lines += [f"{where}replicated {r['layer']}: {r['reason']}" for r in shard.get("replicated", [])]
+    if par.get("stage_send_bytes"):
+        lines.append("stage transfers per step: " + ", ".join(f"{b:,} B" for b in par["stage_send_bytes"]))
     micro = f", {par['micro_batches']} micro-batches" if par.get("micro_batches", 1) > 1 else ""
     console.print(f"compiled {manifest.model} {_parallel_kind(par)} over {len(par['ranks'])} ranks{micro} "
                   f"({seconds:.1f} s) -> {out}\n" + "\n".join(lines)
@@ -344,10 +354,48 @@ def _reference_outputs(model: Path, inputs: dict[str, np.ndarray], names: list[s
     return dict(zip(names, values))
 
 
+def launch_options(fn):
+    """--nnodes, --node-rank, --master-addr, --master-port, --timeout: a --tp/--pp artifact's
+    ranks as plain processes over several machines (hetc/parallel/launch.py)."""
+    fn = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+                      help="With --nnodes: how long a rank waits for the others, at the rendezvous and in "
+                           "each collective, before it fails (default 300).")(fn)
+    fn = click.option("--master-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
+                      help="With --nnodes: the port node 0 serves the rendezvous on (default 29500).")(fn)
+    fn = click.option("--master-addr", default=None, metavar="HOST",
+                      help="With --nnodes: node 0's address, reachable from every node (required with "
+                           "several nodes; default with --nnodes 1: 127.0.0.1).")(fn)
+    fn = click.option("--node-rank", type=click.IntRange(min=0), default=None, metavar="K",
+                      help="With --nnodes: this machine's index, 0..N-1 (default 0); node 0 runs global "
+                           "rank 0, which reads --inputs and gets the outputs.")(fn)
+    return click.option("--nnodes", type=click.IntRange(min=1), default=None, metavar="N",
+                        help="Run a --tp/--pp artifact's ranks as plain processes on N machines, this command "
+                             "on each (ranks / N per machine), meeting through torch.distributed's env:// "
+                             "rendezvous (docs/parallel.md).")(fn)
+
+
+def _check_launch_options(nnodes: int | None, node_rank: int | None, master_addr: str | None,
+                          master_port: int | None, timeout: float | None) -> None:
+    """The launch options make sense together (before anything is loaded)."""
+    given = {"--node-rank": node_rank, "--master-addr": master_addr, "--master-port": master_port,
+             "--timeout": timeout}
+    if nnodes is None:
+        stray = [name for name, value in given.items() if value is not None]
+        if stray:
+            raise UsageError(f"{stray[0]} is for ranks across machines: it needs --nnodes N")
+        return
+    if node_rank is not None and node_rank >= nnodes:
+        raise UsageError(f"--node-rank {node_rank}: must be in 0..{nnodes - 1} with --nnodes {nnodes}")
+    if master_addr is None and nnodes > 1:
+        raise UsageError(f"--nnodes {nnodes} needs --master-addr: node 0's address, reachable from every node")
+    if master_addr is not None and not master_addr.strip():
+        raise UsageError("--master-addr: empty address")
+
+
 @cli.command("run")
 @click.argument("artifact", type=click.Path(path_type=Path))
-@click.option("--inputs", "inputs_path", required=True, type=click.Path(path_type=Path),
-              help=".npz file with one array per model input.")
+@click.option("--inputs", "inputs_path", type=click.Path(path_type=Path),
+              help=".npz file with one array per model input (required; with --nnodes, on node 0 only).")
 @click.option("--outputs", "outputs_path", type=click.Path(path_type=Path), help="Write outputs to this .npz.")
 @click.option("--reference", type=click.Path(path_type=Path), help="ONNX model to compare with (onnxruntime).")
 @click.option("--tolerance", type=float, default=1e-4, show_default=True,
@@ -357,27 +405,49 @@ def _reference_outputs(model: Path, inputs: dict[str, np.ndarray], names: list[s
                    "onnxruntime on the CPU (emulation), or device when possible (auto, the default).")
 @click.option("--ranks", type=click.IntRange(min=1), default=None,
               help="Processes for a --tp/--pp artifact (must equal its rank count; default: that count).")
-def run_cmd(artifact: Path, inputs_path: Path, outputs_path: Path | None, reference: Path | None,
-            tolerance: float, ascend_mode: str | None, ranks: int | None) -> None:
+@launch_options
+def run_cmd(artifact: Path, inputs_path: Path | None, outputs_path: Path | None, reference: Path | None,
+            tolerance: float, ascend_mode: str | None, ranks: int | None, nnodes: int | None,
+            node_rank: int | None, master_addr: str | None, master_port: int | None, timeout: float | None) -> None:
     """Run a compiled ARTIFACT on inputs from an .npz file."""
     from . import api
 
     if ascend_mode is not None:
         os.environ["HETC_ASCEND_MODE"] = ascend_mode
 
-    inputs = _load_npz(inputs_path)
+    _check_launch_options(nnodes, node_rank, master_addr, master_port, timeout)
+    node = node_rank or 0
+    if inputs_path is None and node == 0:
+        raise UsageError("missing option --inputs X.npz" + (" (node 0 runs global rank 0, which reads them)"
+                                                             if nnodes else ""))
+    inputs = _load_npz(inputs_path) if node == 0 else {}
     model = api.load(artifact)
     have = len(model.manifest.parallel.get("ranks", [])) or 1
     if ranks is not None and ranks != have:
         raise UsageError(f"--ranks {ranks}: {artifact} was compiled for {have} rank(s)"
                          + ("" if have > 1 else " (compile with --tp N or --pp N for more)"))
     start = time.perf_counter()
-    outputs = model.run(inputs)
+    if nnodes is None:
+        outputs = model.run(inputs)
+    else:
+        from .parallel import launch
+
+        if not model.manifest.parallel:
+            raise UsageError(f"--nnodes: {artifact} runs as one process (compile with --tp N or --pp N for ranks)")
+        places = launch.node_places(have, nnodes, node)
+        rendezvous = launch.Rendezvous(master_addr or "127.0.0.1", master_port or launch.DEFAULT_PORT, have,
+                                       launch.DEFAULT_TIMEOUT_S if timeout is None else timeout)
+        outputs = launch.run_node(artifact, model.manifest, places, rendezvous, inputs if node == 0 else None)
+        if outputs is None:  # global rank 0 is on node 0, which has the outputs
+            console.print(f"node {node} of {nnodes}: ranks {places[0].rank}..{places[-1].rank} of {have} ran "
+                          f"({time.perf_counter() - start:.1f} s); node 0 has the outputs")
+            return
     elapsed = time.perf_counter() - start
     if outputs_path:
         _save_npz(outputs_path, outputs)
     where = ",".join(model.manifest.targets) + (
-        f", {_parallel_kind(model.manifest.parallel)} in {have} processes" if model.manifest.parallel else "")
+        f", {_parallel_kind(model.manifest.parallel)} in {have} processes" if model.manifest.parallel else "") + (
+        f" on {nnodes} node(s)" if nnodes else "")
     table = Table(title=f"{model.manifest.model} on {where} ({elapsed * 1e3:.1f} ms)", title_justify="left")
     for col in ("output", "shape", "dtype"):
         table.add_column(col)

@@ -111,17 +111,19 @@ def test_tensor_and_pipeline_parallel_together():
 
 
 def test_stage_without_a_pair_runs_replicated():
-    """An MLP cut in 2 stages: the first (one linear layer, whose result leaves the stage) has
-    nothing to split, so its leader alone runs it; the second is sharded over its group."""
+    """An MLP of three linear layers in 2 stages: the cut keeps the first pair whole (no stage
+    gets half a block), so stage 0 is sharded over its group and stage 1 (the last layer and
+    the softmax over its features) has nothing to split: its leader alone runs it."""
     model = example_models.mlp(batch=4)
     inputs = example_models.sample_inputs(model)
     compiled = hetc.compile(model, "cpu", tp=2, pp=2)
     for got, ref in zip(compiled.run(inputs).values(), ort_run(model, inputs), strict=True):
         assert_close(got, ref)
     parallel = compiled.manifest.parallel
-    assert [r["collectives"] for r in parallel["ranks"][:2]] == [{}, {}]
-    assert parallel["ranks"][2]["collectives"] == {"allreduce": 1, "broadcast_from_worker0": 1}
-    assert [s["column_parallel"] for s in parallel["stage_shards"]] == [0, 1]
+    assert [r["collectives"] for r in parallel["ranks"]] == [{"allreduce": 1, "broadcast_from_worker0": 1}] * 2 + [{}] * 2
+    assert [s["column_parallel"] for s in parallel["stage_shards"]] == [1, 0]
+    assert parallel["stage_shards"][1]["replicated"] == [
+        {"layer": "matmul [128->10]", "reason": "relax.nn.softmax over the split axis"}]
 
 
 def test_cli_compile_and_run_tp(encoder, tmp_path):
@@ -175,7 +177,7 @@ def test_tensor_parallel_plan_pairs(encoder):
     path, _, _ = encoder
     mod, _ = run_pipeline(to_relax(load_model(path, {}, None, {})), inference_passes() + simplify_passes())
     plan = tensor_parallel_plan(mod["main"], 2)
-    kinds = sorted(plan.placements.values())
+    kinds = sorted(placement for _, _, placement in plan.placements)
     # per layer: q, k, v, fc1 column-split (weight S[1], bias S[0]); out-proj and fc2 row-split (S[0])
     assert kinds.count("S[1]") == 4 * LAYERS
     assert kinds.count("S[0]") == (4 + 2) * LAYERS

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -17,7 +18,15 @@ from hetc.parallel import collectives as cc
 from hetc.parallel.cli import parallel, parse_bytes
 from hetc.parallel.memory import layer_activations, model_states
 from hetc.parallel.mesh import Group, Link, parse_mesh
-from hetc.parallel.model import PRESETS, TransformerConfig, from_onnx, load_model, parse_model, transformer
+from hetc.parallel.model import (
+    PRESETS,
+    SHARDINGS,
+    TransformerConfig,
+    from_onnx,
+    load_model,
+    parse_model,
+    transformer,
+)
 from hetc.parallel.planner import PlanOptions, plan_parallel
 from hetc.parallel.schedule import Schedule
 from hetc.parallel.stages import Infeasible, StageProblem, brute_force, partition
@@ -329,10 +338,13 @@ def test_from_onnx_bert_tiny(tmp_path):
 
     path, _ = example_models.write("bert_tiny", tmp_path)
     model = from_onnx(path)
-    assert model.dtype == "float32" and model.heads is None and len(model.layers) > 50
+    # the compiler's Megatron plan: 2 heads, so tp 2 at most; per layer q, k, v and the MLP's
+    # up projection split, attention split by heads, 2 row projections carrying the all-reduces
+    assert model.dtype == "float32" and model.heads == 2 and len(model.layers) > 50
     matmuls = [x for x in model.layers if x.kind == "matmul"]
-    assert {x.tp for x in matmuls if x.params} == {"column"}  # by a constant weight: shardable
-    assert {x.tp for x in matmuls if not x.params} == {"replicated"}  # attention's activation x activation
+    assert Counter((x.tp, bool(x.params)) for x in matmuls) == {
+        ("split", True): 4 * 2, ("split", False): 2 * 2, ("row", True): 2 * 2, ("replicated", True): 1}  # + pooler
+    assert SHARDINGS["row"].forward == ("all-reduce",) and SHARDINGS["split"].forward == ()
     assert all(x.output_bytes >= 0 for x in model.layers)
     assert model.layers[-1].output_bytes == 0  # nothing is live after the last op
     search = plan_parallel(model, parse_mesh("2xH100"), PlanOptions(batch=4))

@@ -12,9 +12,12 @@ Planning (analytical, no TVM; ``hetc parallel plan``):
 - ``cli``: the ``parallel`` command group
 
 Sharded compilation and execution (TVM; ``hetc compile --tp/--pp``): ``compile`` (one
-executable per rank and the manifest), ``shard`` (tensor parallelism through
-``relax.distributed``), ``pipeline`` (stage models), ``runtime`` (a disco session, one process
-per rank), ``worker`` (CPU collectives for disco) and ``fuse`` (adjacent collectives as one).
+executable per rank and the manifest), ``megatron`` (the sharding plan: Megatron blocks found
+on the graph), ``projections`` (fused projections split per part), ``shard`` (tensor
+parallelism through ``relax.distributed``), ``pipeline`` (stage models), ``fuse`` (adjacent
+collectives as one), ``runtime`` (a disco session, one process per rank), ``worker`` (the
+disco worker entry), ``gloo`` (CPU collectives over torch.distributed) and ``launch`` (ranks
+as plain processes over torch.distributed's ``env://`` rendezvous, on one machine or several).
 
 Nothing is imported here: ``import hetc.parallel`` stays light.
 """

@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import tvm
 import tvm_ffi
 
@@ -51,19 +52,23 @@ def _tensor_programs(mod, tp: int, options: CompileOptions, require_pairs: bool 
     cpu = get_target("cpu")
     try:
         spmd, values, plan = shard.shard_module(mod, tp, cpu_pipeline.FAST_MATH)
-    except shard.NothingToShard:
+    except shard.NothingToShard as err:
         if require_pairs:
             raise
         mod, _ = run_pipeline(mod, _cpu_stages_after(_GRAPH_STAGES[-1].name, options))
         programs = [cpu.backend.build(mod, options)] + [None] * (tp - 1)
-        return programs, [{}] * tp, {"tp": tp, "column_parallel": 0, "row_parallel": 0, "sharded_weights": 0}
+        return programs, [{}] * tp, {**err.plan.describe(), "collective_bytes": {}}
     programs, counts = [], []
     for rank in range(tp):
         local = fuse_collectives(shard.rank_module(spmd, values, rank, tp))
-        counts.append(shard.collectives(local))
+        traffic = shard.collective_traffic(local)
+        counts.append({name: calls for name, (calls, _) in traffic.items()})
+        if rank == 0:
+            described = plan.describe()
+            described["collective_bytes"] = {name: size for name, (_, size) in traffic.items()}
         local, _ = run_pipeline(local, _cpu_stages_after("legalize", options))
         programs.append(cpu.backend.build(local, options))
-    return programs, counts, plan.describe()
+    return programs, counts, described
 
 
 def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, base_dir=None,
@@ -92,7 +97,7 @@ def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, b
     else:
         spec = get_spec("dev-cpu")
         stages = pipeline.split(loaded.proto, pp, spec.peak_flops["float32"] / spec.memory_bandwidth,
-                                micro_batches)
+                                micro_batches, _static_shapes, whole_blocks=tp > 1)
         summary = {"kind": "pipeline", "pp": pp, "tp": tp, "micro_batches": micro_batches,
                    "stage_flops": [s.flops for s in stages], "stage_weight_bytes": [s.weight_bytes for s in stages]}
         shards = []
@@ -119,6 +124,7 @@ def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, b
                               "micro_batches": micro_batches, "collectives": counts[t]})
         if shards:
             summary["stage_shards"] = shards
+        summary["stage_send_bytes"] = [micro_batches * sum(_nbytes(t) for t in stage.send) for stage in stages[:-1]]
     parallel = {**summary, "ranks": ranks, "communication": "torch.distributed (gloo) in a TVM disco session"}
     manifest = Manifest(
         model=Path(loaded.name).name, targets=["cpu"], inputs=loaded.inputs, outputs=loaded.outputs,
@@ -135,6 +141,17 @@ def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, b
     compiled = CompiledModel(manifest, report, {"parallel": summary}, [], write_parts)
     compiled._runners.append(_LazyRunner(compiled, options.num_threads))
     return compiled
+
+
+def _nbytes(spec: dict) -> int:
+    return int(np.prod(spec["shape"])) * np.dtype(spec["dtype"]).itemsize
+
+
+def _static_shapes(proto) -> dict:
+    """The static shape of every value of ``proto`` (inputs fixed) as the importer finds them."""
+    found: dict = {}
+    to_relax(load_model(proto, {}, None, None), found)
+    return found
 
 
 class _LazyRunner:

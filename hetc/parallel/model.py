@@ -62,6 +62,8 @@ SHARDINGS = {
     "vocab-embedding": Sharding(True, ("all-reduce",), ()),
     "vocab-head": Sharding(True, (), ("all-reduce",)),
     "column": Sharding(True, ("all-gather",), ("all-reduce",)),  # a lone column-parallel linear
+    "split": Sharding(True, (), ()),  # inside a Megatron block: column projections, attention by heads
+    "row": Sharding(True, ("all-reduce",), ("all-reduce",)),  # a block's row projection: its all-reduces
 }
 
 
@@ -224,17 +226,41 @@ def load_model(text: str, seq: int | None = None, plan_shape: dict[str, int] | N
 
 
 def from_onnx(path: Path, plan_shape: dict[str, int] | None = None) -> Model:
-    """One layer per op of the model's op graph, in topological order (constant-folded ops
-    become their consumers' weights). A layer's ``output_bytes`` is everything live across a
-    cut after it (its result, and earlier results read further on, e.g. residuals). Symbolic
-    dims are costed at ``plan_shape`` (default 1 each)."""
-    from ..api import inspect_model
+    """One layer per op of the model's op graph after hetc's graph passes (what ``hetc
+    compile --tp`` shards), in topological order (constant-folded ops become their consumers'
+    weights). Tensor parallelism is the compiler's own Megatron plan (``megatron.py``): the
+    ops of each block are ``split`` and its row projection carries the block's all-reduce;
+    the rest is replicated; ``heads`` is the largest power-of-two degree that keeps every
+    block. A layer's ``output_bytes`` is everything live across a cut after it (its result,
+    and earlier results read further on, e.g. residuals). Symbolic dims are costed at
+    ``plan_shape`` (default 1 each)."""
+    from ..errors import HetcError
+    from ..frontends.onnx import load_model as load_onnx
+    from ..frontends.onnx import to_relax
+    from ..graph import build_opgraph
+    from ..passes import run_pipeline
+    from ..passes.phases import inference_passes, simplify_passes
     from ..placement.cost import folded_nodes
+    from .megatron import megatron_plan
+    from .projections import split_fused_projections
 
-    info = inspect_model(path, plan_shape=plan_shape)
-    if info.graph is None:
-        raise UsageError(f"{path}: no op graph to plan ({info.graph_error})")
-    graph = info.graph
+    sizes = dict(plan_shape or {})
+    try:
+        loaded = load_onnx(path, {}, None, None)
+        static = {spec.name: [sizes.get(d, 1) if isinstance(d, str) else d for d in spec.shape]
+                  for spec in loaded.inputs}
+        loaded = load_onnx(path, static, None, None) if any(isinstance(d, str) for s in loaded.inputs
+                                                            for d in s.shape) else loaded
+        mod, _ = run_pipeline(to_relax(loaded), inference_passes() + simplify_passes())
+        mod, _ = split_fused_projections(mod)
+        graph = build_opgraph(mod)
+    except HetcError as err:
+        raise UsageError(f"{path}: no op graph to plan ({err})") from None
+    plan, heads = megatron_plan(mod["main"], 2), None
+    if plan.blocks:
+        heads = 2
+        while heads < 1024 and len(megatron_plan(mod["main"], heads * 2).blocks) == len(plan.blocks):
+            heads *= 2
     folded = folded_nodes(graph)
     nodes = [node for node in graph.nodes if node.id not in folded]
     position = {node.id: i for i, node in enumerate(nodes)}
@@ -255,10 +281,10 @@ def from_onnx(path: Path, plan_shape: dict[str, int] | None = None) -> Model:
     for i, node in enumerate(nodes):
         dtype = node.outputs[0].dtype if node.outputs else "float32"
         itemsize = np.dtype(dtype).itemsize
-        shardable = node.op in ("relax.matmul", "relax.linear") and weights[node.id] > 0
+        tp = "row" if node.name in plan.row_values else "split" if node.name in plan.split_values else "replicated"
         layers.append(Layer(node.name, node.op.removeprefix("relax."), weights[node.id] // itemsize,
-                            float(node.flops), float(node.bytes_out), float(live[i]),
-                            "column" if shardable else "replicated", tp_bytes=float(node.bytes_out)))
+                            float(node.flops), float(node.bytes_out), float(live[i]), tp,
+                            tp_bytes=float(node.bytes_out)))
     dtypes = Counter(t.dtype for node in nodes for t in node.outputs if t.dtype in DTYPE_BYTES)
     dtype = dtypes.most_common(1)[0][0] if dtypes else "float32"
-    return Model(path.stem, tuple(layers), dtype)
+    return Model(path.stem, tuple(layers), dtype, heads=heads)

@@ -24,6 +24,7 @@ from onnx import numpy_helper, shape_inference
 from onnx.utils import Extractor
 
 from ..errors import UsageError
+from ..frontends.onnx.fold import NONDETERMINISTIC
 from .stages import Infeasible, StageProblem, partition
 
 
@@ -66,7 +67,28 @@ def _nbytes(spec: tuple[tuple[int, ...], str]) -> int:
 
 
 def _weights(graph: onnx.GraphProto) -> set[str]:
-    return {i.name for i in graph.initializer} | {n.output[0] for n in graph.node if n.op_type == "Constant"}
+    """The values every stage computes for itself, never sent: initializers and what nodes
+    make from them alone (``Constant``, and the ``Identity`` of a shared initializer that the
+    TorchScript exporter writes for each tied or deduplicated weight)."""
+    weights = {i.name for i in graph.initializer}
+    for n in graph.node:
+        if n.op_type not in NONDETERMINISTIC and all(x in weights for x in n.input if x):
+            weights.update(o for o in n.output if o)
+    return weights
+
+
+def _open(nodes, weights: set) -> set[str]:
+    """Values inside a linear-layer block: made from a matmul by a weight (a column-parallel
+    candidate) without passing another one (the row-parallel matmul that closes the block)."""
+    opened: set = set()
+    for node in nodes:
+        by_weight = node.op_type in ("MatMul", "Gemm") and len(node.input) > 1 and node.input[1] in weights
+        if by_weight:
+            if node.input[0] not in opened:
+                opened.update(node.output)
+        elif any(x in opened for x in node.input if x):
+            opened.update(node.output)
+    return opened
 
 
 def rebatch(model: onnx.ModelProto, micro_batches: int) -> onnx.ModelProto:
@@ -123,9 +145,13 @@ def rebatch(model: onnx.ModelProto, micro_batches: int) -> onnx.ModelProto:
     return out
 
 
-def split(model: onnx.ModelProto, pp: int, link_bytes_per_flop: float = 0.0, micro_batches: int = 1) -> list[Stage]:
+def split(model: onnx.ModelProto, pp: int, link_bytes_per_flop: float = 0.0, micro_batches: int = 1,
+          static_shapes=None, whole_blocks: bool = False) -> list[Stage]:
     """``model`` cut into ``pp`` stage models, each for a batch ``micro_batches`` times smaller
-    (see the module docstring)."""
+    (see the module docstring). ``static_shapes(model) -> {name: (shape, dtype)}``, if given,
+    types the values ONNX's shape inference leaves unknown (exporters' shape arithmetic).
+    ``whole_blocks`` (tensor parallel within the stages): no cut inside a linear-layer block
+    (``_open``), where a stage would get half a Megatron pair, while any other cut exists."""
     if pp < 2:
         raise UsageError(f"--pp must be at least 2, got {pp}")
     model = rebatch(model, micro_batches) if micro_batches > 1 else shape_inference.infer_shapes(model)
@@ -158,6 +184,15 @@ def split(model: onnx.ModelProto, pp: int, link_bytes_per_flop: float = 0.0, mic
         return [t for t, (at, end) in live.items() if at <= i < end]
 
     missing = [t for t, (at, end) in live.items() if max(at, 0) < min(end, n - 1) and t not in shapes]
+    if missing and static_shapes is not None:
+        found = static_shapes(model)
+        for name in {o for node in nodes for o in node.output} - set(shapes):
+            if name in found:
+                shape, dtype = found[name]
+                shapes[name] = (tuple(shape), dtype)
+                graph.value_info.append(onnx.helper.make_tensor_value_info(
+                    name, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), list(shape)))
+        missing = [t for t in missing if t not in shapes]
     if missing:
         raise UsageError(f"--pp needs static shapes; unknown shape for '{missing[0]}'")
     delta = np.zeros(n + 1)
@@ -166,12 +201,23 @@ def split(model: onnx.ModelProto, pp: int, link_bytes_per_flop: float = 0.0, mic
             delta[max(at, 0)] += _nbytes(shapes[t])
             delta[end] -= _nbytes(shapes[t])
     live_bytes = np.cumsum(delta)[:n]
+    send = live_bytes * link_bytes_per_flop
+    if whole_blocks:
+        opened = _open(nodes, weights)
+        inside = np.zeros(n + 1)
+        for t, (at, end) in live.items():
+            if t in opened:
+                inside[max(at, 0)] += 1
+                inside[end] -= 1
+        inside = np.cumsum(inside)[:n] > 0
+        if not inside[:-1].all():
+            send = np.where(inside, np.inf, send)
     cost = np.array([_flops(node, shapes) for node in nodes], dtype=np.float64)
     node_weights = np.array([sum(_nbytes(shapes[t]) for t in node.input if t in weights and t in shapes)
                              for node in nodes], dtype=np.float64)
     outputs_bytes = np.array([sum(_nbytes(shapes[t]) for t in node.output if t in shapes) for node in nodes],
                              dtype=np.float64)
-    problem = StageProblem(times=cost, send=live_bytes * link_bytes_per_flop, state_bytes=node_weights,
+    problem = StageProblem(times=cost, send=send, state_bytes=node_weights,
                            activation_bytes=outputs_bytes, in_flight=np.ones(pp), limit=np.inf,
                            names=tuple(node.name or node.op_type for node in nodes))
     try:

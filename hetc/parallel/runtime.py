@@ -1,8 +1,10 @@
-"""Running a tensor- or pipeline-parallel artifact: one process per rank, in a TVM disco session.
+"""Running a tensor- or pipeline-parallel artifact: one process per rank.
 
-The controller starts a disco ``ProcessSession`` whose workers run ``hetc.parallel.worker``
-(worker 0 is a thread of the controller); every worker installs the gloo collectives and the
-two functions below, then the controller calls them on all workers at once:
+A rank's part of a step is ``_Program``, whatever started the rank. On one machine (``hetc
+run``, ``CompiledModel.run``) the ranks are a TVM disco session: the controller starts a disco
+``ProcessSession`` whose workers run ``hetc.parallel.worker`` (worker 0 is a thread of the
+controller); every worker installs the gloo collectives (``gloo.py``) and the two functions
+below, then the controller calls them on all workers at once:
 
 - ``hetc.parallel.load(root, threads)``: the worker loads its rank's executable(s) from the
   artifact (``manifest.parallel.ranks[k].library``).
@@ -15,7 +17,7 @@ two functions below, then the controller calls them on all workers at once:
   and sends the tensors live at the next boundary on; the last stage sends the model outputs
   to rank 0. With ``tp`` > 1 the other ranks of a stage run its SPMD program on placeholders,
   which the program's input broadcast from the leader overwrites; their collectives stay in
-  their group (``worker.set_groups``, called at load). With m micro-batches
+  their group (``gloo.set_groups``, called at load). With m micro-batches
   (``record["micro_batches"]``) rank 0 splits the inputs into m along the batch and every
   rank works through them in order, sending each one on without waiting (``isend``): stage
   s computes micro-batch j + 1 while stage s + 1 computes j. Rank 0 concatenates the m
@@ -24,6 +26,10 @@ two functions below, then the controller calls them on all workers at once:
 The session is started at the first run and kept for the next ones (``close`` ends it). A
 process holds one torch.distributed group, so one session at a time: starting another
 closes the previous one (it restarts at its next run).
+
+Ranks on several machines are plain processes instead (``launch.py``): each builds its
+``_Program`` itself, with its rank and cores from the torchrun-style environment, and global
+rank 0 plays worker 0's part (it has the inputs and gets the outputs).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ArtifactError, DeviceError, HetcError, last_line
+from . import gloo
 
 _programs: dict = {}  # this process's loaded rank programs, by rank
 _active: list = []  # the ParallelRunner whose session is up: worker 0's process group is this process's
@@ -55,7 +62,8 @@ def disco():
     return tvm.runtime.disco
 
 
-def _rank() -> int:
+def _worker_id() -> int:
+    """This disco worker's id, its global rank (a disco session only)."""
     from tvm_ffi import get_global_func
 
     return int(get_global_func("runtime.disco.worker_id")()[0])
@@ -70,7 +78,9 @@ def _usable_cores() -> list[int]:
 
 def _cores(rank: int, ranks: int, threads: int) -> list[int]:
     """Rank ``rank``'s cores: its ``threads`` (default: an equal share) of the cores this
-    process may use, disjoint from the other ranks' while there are enough."""
+    process may use, disjoint from the other ranks' while there are enough. ``rank`` and
+    ``ranks`` count the ranks sharing this machine: all of them in a disco session, the node's
+    local ranks when launched (``launch.py``)."""
     usable = _usable_cores()
     share = threads or max(1, len(usable) // ranks)
     return [usable[(rank * share + i) % len(usable)] for i in range(share)]
@@ -87,18 +97,17 @@ def restore_threads() -> None:
 
 
 class _Program:
-    """One rank's executable(s) and its part of the step protocol."""
+    """One rank's executable(s) and its part of the step protocol (global rank ``rank``, its
+    thread pool on ``cores``)."""
 
-    def __init__(self, root: Path, record: dict, kind: str, ranks: int, threads: int) -> None:
+    def __init__(self, root: Path, record: dict, kind: str, rank: int, cores: Sequence[int]) -> None:
         import tvm
         from tvm import relax
 
-        rank = _rank()
-        cores = _cores(rank, ranks, threads)
         # each rank's threads on cores of their own: TVM's default (mode 1, "big cores") pins
         # every process's threads to the same first cores, and the ranks then share one core
         tvm.get_global_func("runtime.config_threadpool")(_SHARE_CORES, len(cores), [str(c) for c in cores])
-        self.record, self.kind = record, kind
+        self.record, self.kind, self.rank = record, kind, rank
         # a replicated pipeline stage (no collectives) runs on its leader only: the others idle
         self.idle = rank != record.get("tp_group", [rank])[0] and not record["collectives"]
         self.vm = None if self.idle else relax.VirtualMachine(
@@ -107,20 +116,18 @@ class _Program:
     def run(self, args: Sequence) -> None:
         import tvm
 
-        from .worker import dist
-
         if self.idle:
             return
         n_in = len(self.record["model_inputs"])
         inputs, outputs = list(args[:n_in]), list(args[n_in:])
-        rank = _rank()
+        rank = self.rank
         if self.kind == "tensor":
             result = _flatten(self.vm["main"](*inputs))
             if rank == 0:
                 for dst, value in zip(outputs, result, strict=True):
                     dst.copyfrom(value)
             return
-        d = dist()
+        d = gloo.dist()
         record = self.record
         m = int(record["micro_batches"])
         leader = rank == record["tp_group"][0]
@@ -178,22 +185,26 @@ def _recv(d, specs: Sequence[dict], peer: int) -> dict:
     return out
 
 
+def load_program(root: Path, parallel: dict, rank: int, cores: Sequence[int]) -> _Program:
+    """Global rank ``rank``'s program of the artifact at ``root`` (``parallel``: its manifest's
+    ``parallel``), after joining its tensor-parallel group: every rank calls this at once."""
+    program = _Program(Path(root), parallel["ranks"][rank], parallel["kind"], rank, cores)
+    groups = {tuple(r["tp_group"]) for r in parallel["ranks"] if len(r.get("tp_group", ())) > 1}
+    gloo.set_groups(sorted(groups))
+    return program
+
+
 def _load(root: str, threads: int) -> int:
     import json
 
-    from . import worker
-
     parallel = json.loads((Path(root) / "manifest.json").read_text())["parallel"]
-    rank = _rank()
-    _programs[rank] = _Program(Path(root), parallel["ranks"][rank], parallel["kind"], len(parallel["ranks"]),
-                               threads)
-    groups = {tuple(r["tp_group"]) for r in parallel["ranks"] if len(r.get("tp_group", ())) > 1}
-    worker.set_groups(sorted(groups))
+    rank = _worker_id()
+    _programs[rank] = load_program(Path(root), parallel, rank, _cores(rank, len(parallel["ranks"]), threads))
     return rank
 
 
 def _run(*args) -> None:
-    _programs[_rank()].run(args)
+    _programs[_worker_id()].run(args)
 
 
 def install() -> None:
@@ -222,8 +233,6 @@ class ParallelRunner:
         self._lock = threading.Lock()
 
     def _start(self) -> None:
-        from . import worker
-
         try:
             import torch.distributed  # noqa: F401
         except ImportError:
@@ -234,7 +243,7 @@ class ParallelRunner:
         rendezvous = Path(tempfile.mkdtemp(prefix="hetc-dist-")) / "init"
         os.environ["HETC_DIST_INIT"] = rendezvous.as_uri()
         os.environ["HETC_DIST_WORLD"] = str(self.ranks)
-        worker.install()  # worker 0 runs in this process
+        gloo.install()  # worker 0 runs in this process
         install()
         try:
             self.session = disco_module.ProcessSession(num_workers=self.ranks, entrypoint="hetc.parallel.worker")
@@ -284,7 +293,4 @@ class ParallelRunner:
         if _programs:
             restore_threads()
         _programs.clear()
-        import torch.distributed as td
-
-        if td.is_initialized():
-            td.destroy_process_group()
+        gloo.leave()

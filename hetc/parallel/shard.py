@@ -1,13 +1,8 @@
 """Tensor-parallel compilation: a Megatron sharding plan, lowered through ``relax.distributed``.
 
-``tensor_parallel_plan`` finds the linear layers to shard: a matmul by a constant weight
-whose input is replicated becomes column-parallel (weight and bias split on the output
-features, ``S[1]``/``S[0]``); the matmul that consumes its result, through elementwise ops,
-head reshapes/transposes, softmax and batched matmuls (attention, split by heads), becomes
-row-parallel (weight split on the input features, ``S[0]``), whose partial sums TVM turns
-into one all-reduce. A column candidate whose sharded values reach anything else (a layer
-norm, a model output, a reduction) stays replicated, so every pair costs exactly one
-all-reduce in the forward pass.
+``tensor_parallel_plan`` finds the blocks to shard (``megatron.py``: column-parallel
+projections, attention split by heads, row-parallel projections, one all-reduce each), after
+fused projections are split into one matmul per part (``projections.py``).
 
 ``shard_module`` annotates those weights in the global view and runs TVM's distributed
 passes in the order that works (``docs/dev/tvm.md``): LegalizeOps, PropagateSharding,
@@ -17,14 +12,13 @@ the weight scatters become compile-time slices of the constants, so each rank's 
 holds only its shard (packed for the CPU schedules), and only the input broadcasts and the
 all-reduces remain as collectives.
 
-To shard another op family, teach ``_propagates`` how a sharded value passes through it; the
+To shard another op family, teach ``megatron.py`` where the split axis goes through it; the
 distributed passes must also know its sharding rule (TVM's ``FInferDistType``/TIR analysis).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
@@ -32,135 +26,61 @@ from tvm import relax
 from tvm.relax import distributed as dist
 
 from ..errors import UsageError
-
-# Ops through which a value sharded on its feature/head axis stays sharded, with no
-# communication: elementwise arithmetic, the head split/merge reshapes and transposes,
-# softmax over the (unsharded) key axis and attention's batched matmuls.
-_PROPAGATES = {
-    "relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.erf", "relax.tanh",
-    "relax.exp", "relax.sigmoid", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.relu", "relax.nn.silu",
-    "relax.reshape", "relax.permute_dims", "relax.nn.softmax", "relax.matmul", "relax.astype",
-}
+from .megatron import ShardPlan, megatron_plan
+from .projections import split_fused_projections
 
 
 class NothingToShard(UsageError):
-    """The function has no column/row linear pair to split."""
+    """The function has no column/row linear pair to split (``plan`` says why not)."""
 
-
-@dataclass
-class ShardPlan:
-    """Which weights are split how: constant -> placement text ("S[0]", "S[1]")."""
-
-    tp: int
-    placements: dict = field(default_factory=dict)  # GenericConst -> "S[k]"
-    columns: int = 0  # column-parallel matmuls
-    allreduces: int = 0  # row-parallel matmuls: one all-reduce each in the forward pass
-
-    def describe(self) -> dict:
-        return {"tp": self.tp, "column_parallel": self.columns, "row_parallel": self.allreduces,
-                "sharded_weights": len(self.placements)}
-
-
-def _is_weight(expr) -> bool:
-    return isinstance(expr, tvm.ir.GenericConst) and len(expr.ty.shape) == 2
+    def __init__(self, message: str, plan: ShardPlan) -> None:
+        super().__init__(message)
+        self.plan = plan
 
 
 def tensor_parallel_plan(fn: relax.Function, tp: int) -> ShardPlan:
-    """The Megatron column/row pairs of ``fn`` (see the module docstring) for ``tp`` ranks."""
-    bindings = [b for block in fn.body.blocks for b in block.bindings]
-    consumers: dict = {}
-    for b in bindings:
-        if isinstance(b.value, relax.Call):
-            for arg in b.value.args:
-                if isinstance(arg, relax.Var):
-                    consumers.setdefault(arg, []).append(b)
-    outputs = set(relax.analysis.free_vars(fn.body.body))
-
-    plan = ShardPlan(tp)
-    for b in bindings:
-        call = b.value
-        if not (isinstance(call, relax.Call) and call.op.name == "relax.matmul" and _is_weight(call.args[1])):
-            continue
-        if call.args[1] in plan.placements:
-            continue
-        pair = _column_region(b, consumers, outputs, tp)
-        if pair is None:
-            continue
-        bias, rows = pair
-        plan.placements[call.args[1]] = "S[1]"
-        if bias is not None:
-            plan.placements[bias] = "S[0]"
-        for row in rows:
-            plan.allreduces += row not in plan.placements
-            plan.placements[row] = "S[0]"
-        plan.columns += 1
-    if not plan.columns:
+    """The Megatron blocks of ``fn`` for ``tp`` ranks (``megatron.py``); an error without any."""
+    plan = megatron_plan(fn, tp)
+    if not plan.blocks:
+        why = "; ".join(sorted({r["reason"] for r in plan.replicated})) or "it has no matmul by a constant weight"
         raise NothingToShard("--tp: the model has no linear layer pair (a matmul by a constant weight "
-                             "whose result reaches another one) to split across ranks")
+                             f"whose result reaches another one) to split across ranks: {why}", plan)
     return plan
 
 
-def _column_region(start, consumers, outputs, tp: int):
-    """(bias constant or None, row weights) if the column-parallel matmul bound by ``start`` has a
-    clean region ending in row-parallel matmuls; None otherwise."""
-    weight = start.value.args[1]
-    if int(weight.ty.shape[1]) % tp:
-        return None
-    bias, rows, seen, stack = None, [], set(), [start]
-    while stack:
-        b = stack.pop()
-        if b.var in seen:
-            continue
-        seen.add(b.var)
-        if b.var in outputs:
-            return None
-        for user in consumers.get(b.var, []):
-            call = user.value
-            op = call.op.name
-            if op == "relax.matmul" and call.args[0].same_as(b.var) and _is_weight(call.args[1]):
-                if int(call.args[1].ty.shape[0]) % tp:
-                    return None
-                rows.append(call.args[1])  # row-parallel: its result is a partial sum, the region ends
-                continue
-            if op not in _PROPAGATES:
-                return None
-            if op == "relax.reshape" and len(call.ty.shape) > len(b.var.ty.shape) and int(call.ty.shape[-2]) % tp:
-                return None  # a head split: the heads must divide among the ranks
-            if op == "relax.add" and b is start and isinstance(call.args[1], tvm.ir.GenericConst):
-                if len(call.args[1].ty.shape) != 1:
-                    return None
-                bias = call.args[1]
-            elif op in ("relax.add", "relax.subtract", "relax.multiply", "relax.divide") and any(
-                    isinstance(a, tvm.ir.GenericConst) and int(np.prod([int(d) for d in a.ty.shape])) > 1
-                    for a in call.args):
-                return None  # a full-size constant operand would need its own split
-            stack.append(user)
-    return (bias, rows) if rows else None
-
-
 def _annotated(fn: relax.Function, plan: ShardPlan, mesh) -> tuple[relax.Function, dict[str, np.ndarray]]:
-    """``fn`` with the planned constants lifted to parameters and annotated with their sharding;
-    returns the parameter values by name."""
-    lifted = {c: relax.Var(f"tp_w{i}", c.ty) for i, c in enumerate(plan.placements)}
-    values = {v.name: c.value.numpy() for c, v in lifted.items()}
+    """``fn`` with each planned use of a constant lifted to a parameter of its own, annotated
+    with its sharding; returns the parameter values by name."""
+    sites: dict = {}  # call -> {argument index: (parameter, placement)}
+    values, params = {}, []
+    for i, (call, k, placement) in enumerate(plan.placements):
+        const = call.args[k]
+        var = relax.Var(f"tp_w{i}", const.ty)
+        sites.setdefault(call, {})[k] = (var, placement)
+        values[var.name] = const.value.numpy()
+        params.append(var)
 
     @relax.expr_functor.mutator
     class Annotate(relax.PyExprMutator):
-        def visit_generic_const_(self, const):
-            for c, var in lifted.items():
-                if c.same_as(const):
-                    placement = dist.Placement.from_text(plan.placements[c])
-                    return relax.op.distributed.annotate_sharding(var, mesh, placement)
-            return const
+        def visit_call_(self, call):
+            new = super().visit_call_(call)
+            replace = next((v for c, v in sites.items() if c.same_as(call)), None)
+            if not replace:
+                return new
+            args = list(new.args)
+            for k, (var, placement) in replace.items():
+                args[k] = relax.op.distributed.annotate_sharding(var, mesh, dist.Placement.from_text(placement))
+            return relax.Call(new.op, args, new.attrs, new.ty_args)
 
     body = Annotate().visit_expr(fn.body)
-    out = relax.Function(list(fn.params) + list(lifted.values()), body, fn.ret_ty, attrs=fn.attrs)
+    out = relax.Function(list(fn.params) + params, body, fn.ret_ty, attrs=fn.attrs)
     return out, values
 
 
 def shard_module(mod: tvm.IRModule, tp: int, legalize_map: dict | None = None):
     """(SPMD module in the local view with ``runtime.disco`` collectives, lifted weights by name,
     the plan). ``mod``: after hetc's graph passes, before legalization."""
+    mod, _ = split_fused_projections(mod)
     plan = tensor_parallel_plan(mod["main"], tp)
     mesh = dist.device_mesh((tp,), tvm.ir.Range(0, tp))
     fn, values = _annotated(mod["main"], plan, mesh)
@@ -217,12 +137,23 @@ def packed_name(call) -> str | None:
 
 def collectives(mod: tvm.IRModule) -> dict[str, int]:
     """How many calls of each ``runtime.disco`` collective the module's ``main`` makes."""
+    return {name: count for name, (count, _) in collective_traffic(mod).items()}
+
+
+def collective_traffic(mod: tvm.IRModule) -> dict[str, tuple[int, int]]:
+    """Per ``runtime.disco`` collective of ``main``: (calls, payload bytes per step), the
+    payload being the size of each call's input tensor."""
     counts: Counter = Counter()
+    sizes: Counter = Counter()
 
     def visit(expr) -> None:
         name = packed_name(expr)
         if name and name.startswith("runtime.disco."):
-            counts[name.removeprefix("runtime.disco.")] += 1
+            name = name.removeprefix("runtime.disco.")
+            counts[name] += 1
+            ty = expr.args[1].fields[0].ty
+            if isinstance(ty, relax.TensorType) and ty.shape is not None:
+                sizes[name] += int(np.prod([int(d) for d in ty.shape])) * np.dtype(str(ty.dtype)).itemsize
 
     relax.analysis.post_order_visit(mod["main"], visit)
-    return dict(counts)
+    return {name: (counts[name], sizes[name]) for name in counts}

@@ -316,9 +316,14 @@ class _OneNode:
         self.node = [node]
 
 
-def to_relax(model: LoadedModel) -> tvm.IRModule:
+def to_relax(model: LoadedModel, value_shapes: dict | None = None) -> tvm.IRModule:
     """Convert a loaded model to a Relax IRModule with weights as constants; each symbolic
-    input dim is one int64 TIR variable of its name, known to lie in its declared range."""
+    input dim is one int64 TIR variable of its name, known to lie in its declared range.
+
+    ``value_shapes``, if given, receives the static shape and dtype the conversion found for
+    each ONNX value, ``name -> (shape, dtype)``: shape computations that ONNX's own inference
+    cannot follow (``Shape -> Gather -> Concat`` after the inputs were fixed) come out static
+    here (``--pp`` cuts the ONNX graph with them)."""
     symbols = {name: tvm.tirx.Var(name, "int64") for name in model.dims}
     for name, (low, high) in model.dims.items():
         symbolic.declare(symbols[name], low, high)
@@ -337,6 +342,8 @@ def to_relax(model: LoadedModel) -> tvm.IRModule:
             if isinstance(err, HetcError):
                 raise
             raise ConversionError(f"{model.name}: conversion to Relax failed: {_first_line(err)}") from err
+    if value_shapes is not None:
+        value_shapes.update(_static_values(importer._nodes))
     check_outputs(mod, model)
     narrow_dims(mod, model)
     return mod
@@ -409,3 +416,18 @@ def check_outputs(mod: tvm.IRModule, model: LoadedModel) -> None:
             continue
         raise CompileError(f"{model.name}: output '{spec.name}' is computed with {problem}; hetc does not "
                            "write an artifact that describes its outputs wrongly")
+
+
+def _static_values(nodes: dict) -> dict:
+    """``name -> (shape, dtype)`` for the importer's values of static tensor or shape type."""
+    out = {}
+    for name, expr in nodes.items():
+        ty = getattr(expr, "ty", None)
+        if isinstance(ty, relax.TensorType) and ty.shape is not None:
+            try:
+                out[name] = (tuple(int(d) for d in ty.shape), str(ty.dtype))
+            except TypeError:  # symbolic
+                continue
+        elif isinstance(ty, relax.ShapeType) and ty.ndim >= 0:
+            out[name] = ((int(ty.ndim),), "int64")
+    return out
