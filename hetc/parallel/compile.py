@@ -62,6 +62,10 @@ def _tensor_programs(mod, tp: int, options: CompileOptions, require_pairs: bool 
     for rank in range(tp):
         local = fuse_collectives(shard.rank_module(spmd, values, rank, tp))
         traffic = shard.collective_traffic(local)
+        unplanned = sorted(set(traffic) - {"allreduce", "broadcast_from_worker0"})
+        if unplanned or traffic.get("allreduce", (0, 0))[0] > plan.allreduces:
+            raise UsageError(f"--tp: TVM's sharding propagation disagrees with the plan ({plan.allreduces} "
+                             f"all-reduce(s)): rank {rank} makes {shard.collectives(local)}")
         counts.append({name: calls for name, (calls, _) in traffic.items()})
         if rank == 0:
             described = plan.describe()
