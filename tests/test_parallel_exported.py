@@ -149,3 +149,24 @@ def test_a_block_left_whole_says_why(tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     with pytest.raises(UsageError, match="no linear layer pair.*layer_norm"):
         hetc.compile(path, "cpu", tp=2)
+
+
+def test_an_op_tvm_cannot_shard_is_a_one_line_error(tmp_path):
+    """TVM's distributed passes need a sharding rule for every op of the graph, split or not
+    (BLOOM's ALiBi uses CumSum, which has none): a clear error, not TVM's internal text."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"]), helper.make_node("CumSum", ["x", "axis"], ["c"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8]),
+         helper.make_tensor_value_info("c", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "w1"),
+         numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w2"),
+         numpy_helper.from_array(np.array(1, np.int64), "axis")])
+    path = tmp_path / "cumsum.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(UsageError, match=r"^--tp: TVM's distributed passes cannot shard this graph: .*cumsum[^\n]*$"):
+        hetc.compile(path, "cpu", tp=2)

@@ -25,7 +25,7 @@ import tvm
 from tvm import relax
 from tvm.relax import distributed as dist
 
-from ..errors import UsageError
+from ..errors import UsageError, last_line, plain
 from .megatron import ShardPlan, megatron_plan
 from .projections import split_fused_projections
 
@@ -95,7 +95,12 @@ def shard_module(mod: tvm.IRModule, tp: int, legalize_map: dict | None = None):
         dist.transform.LowerDistIR(),
         relax.transform.LegalizeOps(),  # the ccl ops -> runtime.disco.* calls
     ])
-    return seq(out), values, plan
+    try:
+        return seq(out), values, plan
+    except Exception as err:  # noqa: BLE001 (TVM raises many kinds: a missing rule for an op such as relax.cumsum)
+        why = plain(last_line(err))
+        unsharded = ShardPlan(tp, replicated=[{"layer": "every layer", "reason": f"TVM's distributed passes: {why}"}])
+        raise NothingToShard(f"--tp: TVM's distributed passes cannot shard this graph: {why}", unsharded) from None
 
 
 def rank_module(spmd: tvm.IRModule, values: dict[str, np.ndarray], rank: int, tp: int) -> tvm.IRModule:
