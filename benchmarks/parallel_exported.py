@@ -42,6 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 import hetc
+from hetc.benchmark import cpu_features
 from hetc.devices import DeviceSpec
 from hetc.parallel.mesh import Link, Mesh
 from hetc.parallel.model import Model, from_onnx
@@ -87,10 +88,14 @@ class Row:
 
 
 def cpu_name() -> str:
+    """The CPU and the ISA its code targets (``hetc.benchmark.cpu_features``: /proc/cpuinfo's
+    model, family and SIMD flags, LLVM's mcpu), since the machine changes between runs."""
     info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in
                                                  Path("/proc/cpuinfo").read_text().splitlines())}
-    return (f"{info.get('model name', 'unknown CPU')} (family {info.get('cpu family', '?')}, model "
-            f"{info.get('model', '?')}), {os.cpu_count()} logical CPUs")
+    features = cpu_features()
+    isa = "AVX-512" if "avx512f" in features["cpuinfo_simd"] else "AVX2" if "avx2" in features["cpuinfo_simd"] else "no AVX2"
+    return (f"{features['cpu_model'] or 'unknown CPU'} (family {info.get('cpu family', '?')}, model "
+            f"{info.get('model', '?')}; LLVM {features['llvm_mcpu']}, {isa}), {os.cpu_count()} logical CPUs")
 
 
 def measure_core(core: int) -> DeviceSpec:

@@ -13,7 +13,6 @@ import os
 import sys
 import time
 import traceback
-import zipfile
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .errors import HetcError, InputError, OutputPathError, UsageError, last_line
+from .errors import HetcError, OutputPathError, UsageError
+from .npz import load_npz, save_npz
 from .options import WINOGRAD_MODES
 
 # Tables keep their columns readable when stdout is a pipe or a file (rich would use 80).
@@ -92,26 +92,6 @@ def _constants(specs: tuple[str, ...]) -> dict[str, np.ndarray]:
         except (ValueError, OSError, EOFError, MemoryError) as err:  # MemoryError: a header claiming TBs
             raise UsageError(f"--constant-input {name}: {path} is not a .npy array file that fits in memory") from err
     return values
-
-
-def _load_npz(path: Path) -> dict[str, np.ndarray]:
-    if not path.is_file():
-        raise InputError(f"{path}: no such inputs file")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
-        raise InputError(f"{path}: not a .npz archive of arrays (write one with numpy.savez)") from err
-    except MemoryError as err:  # an array header claiming more than the memory
-        raise InputError(f"{path}: an array in it is larger than the memory ({last_line(err)})") from err
-
-
-def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    try:
-        with open(path, "wb") as f:
-            np.savez(f, **arrays)
-    except OSError as err:
-        raise OutputPathError(f"{path}: cannot write: {err.strerror}") from err
 
 
 def _winograd_line(decisions: list[dict]) -> str:
@@ -420,7 +400,7 @@ def run_cmd(artifact: Path, inputs_path: Path | None, outputs_path: Path | None,
     if inputs_path is None and node == 0:
         raise UsageError("missing option --inputs X.npz" + (" (node 0 runs global rank 0, which reads them)"
                                                              if nnodes else ""))
-    inputs = _load_npz(inputs_path) if node == 0 else {}
+    inputs = load_npz(inputs_path) if node == 0 else {}
     model = api.load(artifact)
     have = len(model.manifest.parallel.get("ranks", [])) or 1
     if ranks is not None and ranks != have:
@@ -444,7 +424,7 @@ def run_cmd(artifact: Path, inputs_path: Path | None, outputs_path: Path | None,
             return
     elapsed = time.perf_counter() - start
     if outputs_path:
-        _save_npz(outputs_path, outputs)
+        save_npz(outputs_path, outputs)
     where = ",".join(model.manifest.targets) + (
         f", {_parallel_kind(model.manifest.parallel)} in {have} processes" if model.manifest.parallel else "") + (
         f" on {nnodes} node(s)" if nnodes else "")
@@ -696,7 +676,7 @@ def bench_cmd(model: Path, target: str, input_shapes, inputs_path, repeat: int, 
 
         read_metadata(database, None)
     compiled = api.compile(model, target=target, input_shapes=_shapes(input_shapes), database=database)
-    inputs = _load_npz(inputs_path) if inputs_path else random_inputs(compiled.manifest.inputs)
+    inputs = load_npz(inputs_path) if inputs_path else random_inputs(compiled.manifest.inputs)
     measured = compare_with_onnxruntime(model, compiled, inputs, repeat, warmup)
     results, ratio = measured["results"], measured["hetc_over_ort"]
     table = Table(title=f"{model.name} on {target}, {repeat} runs", title_justify="left")

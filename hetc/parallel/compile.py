@@ -16,7 +16,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import tvm
 import tvm_ffi
 
@@ -128,7 +127,7 @@ def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, b
                               "micro_batches": micro_batches, "collectives": counts[t]})
         if shards:
             summary["stage_shards"] = shards
-        summary["stage_send_bytes"] = [micro_batches * sum(_nbytes(t) for t in stage.send) for stage in stages[:-1]]
+        summary["stage_send_bytes"] = [micro_batches * stage.send_bytes for stage in stages[:-1]]
     parallel = {**summary, "ranks": ranks, "communication": "torch.distributed (gloo) in a TVM disco session"}
     manifest = Manifest(
         model=Path(loaded.name).name, targets=["cpu"], inputs=loaded.inputs, outputs=loaded.outputs,
@@ -145,10 +144,6 @@ def compile_parallel(model, options: CompileOptions, tp: int = 1, pp: int = 1, b
     compiled = CompiledModel(manifest, report, {"parallel": summary}, [], write_parts)
     compiled._runners.append(_LazyRunner(compiled, options.num_threads))
     return compiled
-
-
-def _nbytes(spec: dict) -> int:
-    return int(np.prod(spec["shape"])) * np.dtype(spec["dtype"]).itemsize
 
 
 def _static_shapes(proto) -> dict:

@@ -43,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import traceback
-import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,8 @@ from typing import IO
 
 import numpy as np
 
-from ..errors import DeviceError, HetcError, InputError, OutputPathError, UsageError, last_line
+from ..errors import DeviceError, HetcError, UsageError, last_line
+from ..npz import load_npz, save_npz
 
 log = logging.getLogger(__name__)
 
@@ -352,16 +352,6 @@ def run_node(root: Path, manifest, places: Sequence[RankPlace], rendezvous: Rend
             child.stderr.close()
 
 
-def _load_npz(path: Path) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such inputs file") from None
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, MemoryError) as err:
-        raise InputError(f"{path}: not a .npz archive of arrays that fits in memory") from err
-
-
 class _Arguments(argparse.ArgumentParser):
     def error(self, message: str):  # one line through main's handler, not argparse's usage dump
         raise UsageError(message)
@@ -392,14 +382,10 @@ def _run_from_env(args: argparse.Namespace) -> None:
     if place.rank == 0:
         if args.inputs is None:
             raise UsageError("global rank 0 needs --inputs X.npz")
-        inputs = _load_npz(args.inputs)
+        inputs = load_npz(args.inputs)
     outputs = run_rank(root, manifest, place, rendezvous, inputs)
     if outputs is not None and args.outputs is not None:
-        try:
-            with open(args.outputs, "wb") as f:
-                np.savez(f, **outputs)
-        except OSError as err:
-            raise OutputPathError(f"{args.outputs}: cannot write: {err.strerror}") from err
+        save_npz(args.outputs, outputs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -41,6 +41,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..frontends.onnx import shapes
+
 _ELEMENTWISE = {
     "relax.erf", "relax.tanh", "relax.exp", "relax.sigmoid", "relax.nn.gelu", "relax.nn.gelu_tanh",
     "relax.nn.relu", "relax.nn.silu", "relax.astype", "relax.isnan", "relax.isinf", "relax.negative",
@@ -97,14 +99,13 @@ class ShardPlan:
 
 
 def static_dims(expr) -> list[int] | None:
-    """The static dims of a tensor-typed expression; None if unknown or symbolic."""
-    ty = getattr(expr, "ty", None)
-    shape = getattr(ty, "shape", None)
-    if not isinstance(ty, relax.TensorType) or shape is None:
+    """``shapes.static_dims`` of a tensor-typed expression; None where a dim is unknown or
+    symbolic (the value is then left replicated)."""
+    if not isinstance(getattr(expr, "ty", None), relax.TensorType):
         return None
     try:
-        return [int(d) for d in shape]
-    except TypeError:  # symbolic
+        return shapes.static_dims(expr)
+    except ValueError:
         return None
 
 
@@ -363,9 +364,10 @@ def megatron_plan(fn: relax.Function, tp: int) -> ShardPlan:
             merged[1].update(g[1])
         groups.append(merged)
     order = {b.value: i for i, b in enumerate(bindings)}
+    bound = {b.value: b.var for b in bindings}
     for rows, cols in sorted(groups, key=lambda g: min(order[c] for c in g[1])):
         cols, rows = sorted(cols, key=order.get), sorted(rows, key=order.get)
-        row_out = [static_dims(next(b.var for b in bindings if b.value.same_as(r))) for r in rows]
+        row_out = [static_dims(bound[r]) for r in rows]
         plan.blocks.append({
             "kind": "attention" if set(cols) & analysis.attention else "mlp",
             "columns": [_describe(c) for c in cols], "rows": [_describe(r) for r in rows],

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import HetcError, UsageError
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16"}
@@ -56,14 +56,15 @@ class Sharding:
     backward: tuple[str, ...]  # ... and in the backward pass
 
 
+_MEGATRON = Sharding(True, ("all-reduce",), ("all-reduce",))  # Megatron's g and f operators
+
 SHARDINGS = {
     "replicated": Sharding(False, (), ()),  # every rank computes it whole
-    "column-row": Sharding(True, ("all-reduce",), ("all-reduce",)),  # Megatron's g and f operators
+    "column-row": _MEGATRON,  # a whole block as one layer (the presets)
     "vocab-embedding": Sharding(True, ("all-reduce",), ()),
     "vocab-head": Sharding(True, (), ("all-reduce",)),
-    "column": Sharding(True, ("all-gather",), ("all-reduce",)),  # a lone column-parallel linear
-    "split": Sharding(True, (), ()),  # inside a Megatron block: column projections, attention by heads
-    "row": Sharding(True, ("all-reduce",), ("all-reduce",)),  # a block's row projection: its all-reduces
+    "split": Sharding(True, (), ()),  # inside an ONNX model's block: column projections, attention by heads
+    "row": _MEGATRON,  # an ONNX model's block, op by op: its row projection carries the block's collectives
 }
 
 
@@ -234,7 +235,6 @@ def from_onnx(path: Path, plan_shape: dict[str, int] | None = None) -> Model:
     block. A layer's ``output_bytes`` is everything live across a cut after it (its result,
     and earlier results read further on, e.g. residuals). Symbolic dims are costed at
     ``plan_shape`` (default 1 each)."""
-    from ..errors import HetcError
     from ..frontends.onnx import load_model as load_onnx
     from ..frontends.onnx import to_relax
     from ..graph import build_opgraph
@@ -247,10 +247,10 @@ def from_onnx(path: Path, plan_shape: dict[str, int] | None = None) -> Model:
     sizes = dict(plan_shape or {})
     try:
         loaded = load_onnx(path, {}, None, None)
-        static = {spec.name: [sizes.get(d, 1) if isinstance(d, str) else d for d in spec.shape]
-                  for spec in loaded.inputs}
-        loaded = load_onnx(path, static, None, None) if any(isinstance(d, str) for s in loaded.inputs
-                                                            for d in s.shape) else loaded
+        if any(isinstance(d, str) for spec in loaded.inputs for d in spec.shape):  # bind them: static shapes
+            static = {spec.name: [sizes.get(d, 1) if isinstance(d, str) else d for d in spec.shape]
+                      for spec in loaded.inputs}
+            loaded = load_onnx(loaded.proto, static, None, None)  # the model already read, not the file again
         mod, _ = run_pipeline(to_relax(loaded), inference_passes() + simplify_passes())
         mod, _ = split_fused_projections(mod)
         graph = build_opgraph(mod)

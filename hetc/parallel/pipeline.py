@@ -38,6 +38,11 @@ class Stage:
     flops: int
     weight_bytes: int
 
+    @property
+    def send_bytes(self) -> int:
+        """Bytes of the live tensors it passes on, per micro-batch."""
+        return sum(_nbytes((spec["shape"], spec["dtype"])) for spec in self.send)
+
 
 def _shapes(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...], str]]:
     out = {}

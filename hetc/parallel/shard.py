@@ -64,7 +64,7 @@ def _annotated(fn: relax.Function, plan: ShardPlan, mesh) -> tuple[relax.Functio
     class Annotate(relax.PyExprMutator):
         def visit_call_(self, call):
             new = super().visit_call_(call)
-            replace = next((v for c, v in sites.items() if c.same_as(call)), None)
+            replace = sites.get(call)  # Relax nodes hash and compare by identity
             if not replace:
                 return new
             args = list(new.args)
