@@ -444,3 +444,33 @@ def test_division_by_a_run_time_scalar_is_exact():
     s = np.float32(0.0235294122248888)  # the DynamicQuantizeLinear test's scale, (max - min) / 255
     got = hetc.compile(model, "cpu").run({"x": x, "s": np.array(s)})["y"]
     np.testing.assert_array_equal(got, x / s)
+
+
+@pytest.mark.parametrize("channels, width", [(96, 32), (144, 16), (64, 64), (24, 8)])
+def test_byte_pad_is_vectorized_by_what_divides_the_channels(channels, width):
+    """A uint8 pad (before an int8 conv) is one vector register of bytes per step where the
+    channels allow, else the widest part of one that divides them: MobileNetV2's 96 and 144
+    channels ran one byte at a time (1.35 ms for a 1.2 MB pad, where vectorized it takes 0.07)."""
+    from tvm import te, tirx
+
+    from hetc.backends.cpu.schedules import schedule_func
+
+    target = llvm_target(CompileOptions())
+    lanes = simd_lanes(target)
+    if 4 * lanes < width:
+        pytest.skip(f"{lanes} float32 lanes: bytes go {4 * lanes} at a time at most")
+    x = te.placeholder((1, 10, 10, channels), "uint8", name="x")
+    padded = te.compute((1, 12, 12, channels), lambda n, h, w, c: tirx.if_then_else(
+        tirx.all(h >= 1, h < 11, w >= 1, w < 11), x[n, h - 1, w - 1, c], tirx.const(7, "uint8")), name="pad")
+    func = te.create_prim_func([x, padded])
+    scheduled, _ = schedule_func(func, target, lanes)
+    text = scheduled.script()
+    want = width if channels % (4 * lanes) else 4 * lanes
+    assert f"T.vectorized({want})" in text, text
+    data = np.random.default_rng(0).integers(0, 256, (1, 10, 10, channels)).astype(np.uint8)
+    import tvm
+
+    lib = tvm.compile(tvm.IRModule({"main": scheduled}), target=target)
+    out = tvm.runtime.tensor(np.zeros((1, 12, 12, channels), np.uint8))
+    lib["main"](tvm.runtime.tensor(data), out)
+    np.testing.assert_array_equal(out.numpy(), np.pad(data, [(0, 0), (1, 1), (1, 1), (0, 0)], constant_values=7))

@@ -4,6 +4,10 @@ onnxruntime, and the layout fixes that keep quantized convs in NHWC."""
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+
 import numpy as np
 import onnx
 import pytest
@@ -41,16 +45,36 @@ def _matmul_integer(m, k, n, zero_points: bool, seed: int):
     return model, a, want.astype(np.int32)
 
 
-@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(m=st.integers(1, 40), k4=st.integers(1, 48), n16=st.integers(1, 6), zero_points=st.booleans())
-def test_matmul_integer_is_exact_on_random_shapes(m, k4, n16, zero_points):
-    """uint8 x int8 with and without zero points, K a multiple of 4 and N of 16 (the VNNI
-    tile's step): exactly numpy's int64 result."""
-    model, a, want = _matmul_integer(m, 4 * k4, 16 * n16, zero_points, seed=m * 1000 + k4)
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(m=st.integers(1, 40), k4=st.integers(1, 48), n4=st.integers(1, 24), zero_points=st.booleans())
+def test_matmul_integer_is_exact_on_random_shapes(m, k4, n4, zero_points):
+    """uint8 x int8 with and without zero points, K and N multiples of 4 (N in panels of 16,
+    8 or 4 int32 lanes: zmm, ymm or xmm ``vpdpbusd``): exactly numpy's int64 result."""
+    model, a, want = _matmul_integer(m, 4 * k4, 4 * n4, zero_points, seed=m * 1000 + k4)
     compiled = hetc.compile(model, "cpu")
     np.testing.assert_array_equal(compiled.run({"a": a})["y"], want)
     if VNNI:
         assert "int8-vnni" in compiled.report["kernels"].values(), compiled.report["kernels"]
+
+
+@pytest.mark.parametrize("n, lanes", [(24, 8), (20, 4), (48, 16)])
+def test_vnni_panels_narrow_to_the_columns(n, lanes, tmp_path):
+    """Columns that 16 does not divide (MobileNetV2's 24 channels) take ymm or xmm panels of
+    the same instruction instead of an int32 kernel: the generated code holds ``vpdpbusd`` on
+    that register width, and the result is exact."""
+    if not VNNI:
+        pytest.skip("needs AVX512-VNNI")
+    model, a, want = _matmul_integer(9, 32, n, True, seed=n)
+    compiled = hetc.compile(model, "cpu")
+    np.testing.assert_array_equal(compiled.run({"a": a})["y"], want)
+    assert "int8-vnni" in compiled.report["kernels"].values(), compiled.report["kernels"]
+    if shutil.which("objdump") is None:
+        pytest.skip("no objdump to read the generated instructions")
+    library = compiled.save(tmp_path / "a") / "cpu" / "model.so"
+    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True,
+                          check=True).stdout
+    register = {16: "zmm", 8: "ymm", 4: "xmm"}[lanes]
+    assert re.search(rf"vpdpbusd\s.*%{register}", code), "no vpdpbusd on " + register
 
 
 @pytest.mark.parametrize("m, k, n", [(5, 30, 16), (3, 32, 20), (1, 7, 9)])
@@ -60,17 +84,17 @@ def test_matmul_integer_off_the_tile_falls_back_exactly(m, k, n):
     np.testing.assert_array_equal(compiled.run({"a": a})["y"], want)
 
 
-def _qlinear_conv(n, c, h, w, k, kernel, stride, pad, seed):
+def _qlinear_conv(n, c, h, w, k, kernel, stride, pad, seed, group=1):
     rng = np.random.default_rng(seed)
     inits = {
         "xs": np.array(0.02, np.float32), "xz": np.array(rng.integers(0, 256), np.uint8),
-        "w": rng.integers(-128, 128, (k, c, kernel, kernel)).astype(np.int8),
+        "w": rng.integers(-128, 128, (k, c // group, kernel, kernel)).astype(np.int8),
         "ws": (rng.random(k) * 0.01 + 0.001).astype(np.float32), "wz": np.zeros(k, np.int8),
         "ys": np.array(0.5, np.float32), "yz": np.array(rng.integers(0, 256), np.uint8),
         "b": rng.integers(-5000, 5000, k).astype(np.int32),
     }
     node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"],
-                            kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad] * 4)
+                            kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad] * 4, group=group)
     oh = (h + 2 * pad - kernel) // stride + 1
     ow = (w + 2 * pad - kernel) // stride + 1
     model = make([node], [tensor("x", [n, c, h, w], np.uint8)], [tensor("y", [n, k, oh, ow], np.uint8)], inits)
@@ -95,6 +119,25 @@ def test_qlinear_conv_matches_the_reference_exactly(shape):
     assert np.abs(got.astype(int) - ort_run(model, {"x": x})[0].astype(int)).max() <= 1
     if VNNI:
         assert "int8-vnni" in compiled.report["kernels"].values(), compiled.report["kernels"]
+
+
+@pytest.mark.parametrize("shape", [
+    (1, 32, 13, 13, 32, 3, 1, 1),  # 3x3, padded with the zero point
+    (1, 48, 12, 10, 48, 3, 2, 1),  # stride 2, 3 vectors of channels
+    (2, 16, 9, 9, 16, 5, 1, 2),    # 5x5, batch 2
+], ids=["3x3", "stride2", "5x5"])
+def test_depthwise_qlinear_conv_in_float_is_exact(shape):
+    """A depthwise QLinearConv runs as one float32 kernel on the uint8 input (zero point
+    subtracted and padding applied in its loads: ``backends/cpu/int8.py``): every product and
+    partial sum is an integer float32 holds exactly, so the result is the ONNX reference's."""
+    model, x = _qlinear_conv(*shape, seed=sum(shape), group=shape[1])
+    compiled = hetc.compile(model, "cpu")
+    got = compiled.run({"x": x})["y"]
+    np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
+    assert np.abs(got.astype(int) - ort_run(model, {"x": x})[0].astype(int)).max() <= 1
+    if VNNI:
+        names = [name for name, rule in compiled.report["kernels"].items() if rule == "sliding-window"]
+        assert any("depthwise_conv2d_u8" in name for name in names), compiled.report["kernels"]
 
 
 def _qdq_model(tmp_path, depthwise=False):

@@ -13,7 +13,7 @@ with a DequantizeLinear (``astype``, an int32 ``subtract`` of the zero point, ``
 ``multiply`` by the scale), 118+ kernels to build for a MobileNetV2.
 
 A call is folded when every argument is a constant (or a variable bound to one), the op is in
-``_UNARY``/``_BINARY``/``_LAYOUT`` or is ``astype`` (not float to int: out-of-range values
+``_UNARY``/``_BINARY``/``_LAYOUT`` or is ``astype`` or an integer ``sum`` (not float to int: out-of-range values
 are undefined there), its dtype is in ``_DTYPES`` (float ops only on floats: an int
 ``divide``'s rounding is TVM's own) and numpy's result has the call's static shape and dtype
 (numpy's type promotion differing from Relax's leaves the call alone); anything else is left
@@ -86,6 +86,8 @@ class _Folder(PyExprMutator):  # pylint: disable=abstract-method
                 return None
             with np.errstate(all="ignore"):  # inf/nan as the kernel would produce them
                 return (_UNARY.get(name) or _BINARY[name])(*args)
+        if name == "relax.sum":
+            return self._integer_sum(call)
         if name not in _LAYOUT:
             return None
         data = self._constant(call.args[0])
@@ -95,6 +97,19 @@ class _Folder(PyExprMutator):  # pylint: disable=abstract-method
             axes = call.attrs.axes
             return np.transpose(data, None if axes is None else [int(a) for a in axes])
         return data.reshape(shape)  # reshape, expand_dims, squeeze: the same elements in order
+
+    def _integer_sum(self, call: relax.Call) -> np.ndarray | None:
+        """An integer ``sum`` (the column sums of a quantized matmul's weight, its zero-point
+        term): exact in any order, wrapping as the kernel's int arithmetic does. Float sums
+        are left to ``FoldConstant``: their rounding depends on the order."""
+        data = self._constant(call.args[0])
+        dtype = str(call.ty.dtype)
+        if data is None or data.dtype.kind not in "iu" or dtype not in _INTS:
+            return None
+        axes = call.attrs.axis
+        axes = None if axes is None else tuple(int(a) for a in axes)
+        with np.errstate(all="ignore"):
+            return np.sum(data, axis=axes, keepdims=bool(call.attrs.keepdims), dtype=dtype)
 
 
 @tvm.transform.module_pass(opt_level=0, name="HetcFoldNumpy")

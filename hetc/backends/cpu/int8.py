@@ -17,9 +17,11 @@ the int32 form stays (the int8 form would run scalar).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ...passes.pipeline import rewrite_functions
@@ -78,34 +80,81 @@ class _Int8Conv(PyExprMutator):  # pylint: disable=abstract-method
             return call
         attrs = call.attrs
         data, weight = call.args
-        if (str(attrs.data_layout) != "NHWC" or str(attrs.kernel_layout) != "OHWI" or int(attrs.groups) != 1
+        if (str(attrs.data_layout) != "NHWC" or str(attrs.kernel_layout) != "OHWI"
                 or str(call.ty.dtype) != "int32" or not isinstance(weight, tvm.ir.GenericConst)):
             return call
         w = weight.value.numpy()
         if w.dtype != np.int32 or w.size == 0 or w.min() < -128 or w.max() > 127:
             return call
+        groups = int(attrs.groups)
+        depthwise = groups > 1 and w.shape[-1] == 1 and w.shape[0] == groups
+        if groups != 1 and not depthwise:
+            return call
         found = self._uint8_source(data)
         if found is None:
             return call
         x, zx = found
+        if depthwise:
+            return self._depthwise(call, x, zx, w)
         pads = [int(p) for p in attrs.padding]
         if len(pads) == 2:
             pads = pads * 2
         top, left, bottom, right = pads
         # Channels to a multiple of 4 (vpdpbusd's step; an RGB stem has 3): zero weights, so the
         # padded channel's values (zx) add nothing and the correction below is unchanged.
-        extra = -w.shape[-1] % 4
+        extra = 0 if depthwise else -w.shape[-1] % 4
         if any(pads) or extra:
             x = self.builder_.emit(relax.op.nn.pad(x, [0, 0, top, bottom, left, right, 0, extra], pad_value=float(zx)))
         wq = np.pad(w, [(0, 0)] * 3 + [(0, extra)]).astype(np.int8)
         conv = relax.op.nn.conv2d(x, relax.const(wq), strides=attrs.strides, padding=[0, 0, 0, 0],
-                                  dilation=attrs.dilation, groups=1, data_layout="NHWC", kernel_layout="OHWI",
+                                  dilation=attrs.dilation, groups=groups, data_layout="NHWC", kernel_layout="OHWI",
                                   out_layout="NHWC", out_dtype="int32")
         self.count += 1
         if zx == 0:
             return conv
         correction = (zx * w.astype(np.int64).reshape(w.shape[0], -1).sum(axis=1)).astype(np.int32)
         return relax.op.subtract(self.builder_.emit(conv), relax.const(correction))
+
+    def _depthwise(self, call: relax.Call, x: relax.Expr, zx: int, w: np.ndarray) -> relax.Expr:
+        """A depthwise conv on ``x - zx`` computed in float32, exactly: no int8 dot product
+        applies (each channel has its own window), and the float kernel (the sliding-window
+        rule, as for float models) is the fast one. ``|x - zx| <= 255`` and ``|w| <= 128``,
+        so every product and every partial sum of fewer than 2^24 / (255 * 128) = 514 taps
+        is an integer float32 holds exactly; the conversion back to int32 is exact too.
+
+        One TE kernel reads the uint8 input and subtracts the zero point in its (padded)
+        loads: as separate Relax ops, TVM's FuseOps would put the cast to float32 into the
+        producing conv's kernel, which would then write float32, four times the bytes."""
+        attrs = call.attrs
+        taps = math.prod(w.shape[1:])
+        if taps * 255 * 128 >= 1 << 24 or len(x.ty.shape) != 4:
+            return call
+        pads = [int(p) for p in attrs.padding]
+        top, left, bottom, right = pads * 2 if len(pads) == 2 else pads
+        (sh, sw), (dh, dw) = [int(v) for v in attrs.strides], [int(v) for v in attrs.dilation]
+        out_shape = call.ty.shape
+
+        def compute(data, weight):
+            n, h, wd, c = data.shape
+            kh, kw = weight.shape[1], weight.shape[2]
+
+            def padded(b, y, xx, ch):
+                inside = tvm.tirx.all(y >= top, y < h + top, xx >= left, xx < wd + left)
+                value = data[b, y - top, xx - left, ch].astype("float32") - np.float32(zx)
+                return tvm.tirx.if_then_else(inside, value, np.float32(0))
+
+            pad_temp = te.compute((n, h + top + bottom, wd + left + right, c), padded, name="pad_temp")
+            ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+            return te.compute(
+                tuple(out_shape),
+                lambda b, y, xx, ch: te.sum(pad_temp[b, y * sh + ry * dh, xx * sw + rx * dw, ch]
+                                            * weight[ch, ry, rx, 0], axis=[ry, rx]),
+                name="depthwise_conv2d_nhwc")
+
+        conv = self.builder_.emit_te(compute, x, relax.const(w.astype(np.float32)),
+                                     primfunc_name_hint="depthwise_conv2d_u8")
+        self.count += 1
+        return relax.op.astype(conv, "int32")
 
 
 def integer_kernels(options) -> bool:
