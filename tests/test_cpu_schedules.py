@@ -474,3 +474,25 @@ def test_byte_pad_is_vectorized_by_what_divides_the_channels(channels, width):
     out = tvm.runtime.tensor(np.zeros((1, 12, 12, channels), np.uint8))
     lib["main"](tvm.runtime.tensor(data), out)
     np.testing.assert_array_equal(out.numpy(), np.pad(data, [(0, 0), (1, 1), (1, 1), (0, 0)], constant_values=7))
+
+
+@pytest.mark.parametrize("op, shape, rule", [
+    ("ReduceMin", (128, 3072), "full-reduction"),
+    ("ReduceMax", (6, 40, 96), "full-reduction"),
+    ("ReduceSum", (64, 1000), "full-reduction"),
+    ("ReduceMax", (33, 17), "generic"),  # 561 elements: not worth the pool
+    ("ReduceMin", (129, 131), "generic"),  # no lanes-wide division of 16,899 elements
+])
+def test_whole_tensor_reduction_runs_in_parallel_vector_partials(op, shape, rule):
+    """A tensor reduced to one value (DynamicQuantizeLinear's min and max) is factored into
+    chunks x lanes partial results; min and max stay exact, a float sum within rounding of
+    onnxruntime's (a different order of additions)."""
+    model = _single(op, [shape], [], keepdims=0)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    compiled = hetc.compile(model, "cpu")
+    got = compiled.run({"i0": x})["out"]
+    assert list(compiled.report["kernels"].values()) == [rule], compiled.report["kernels"]
+    if op == "ReduceSum":
+        np.testing.assert_allclose(got, np.sum(x.astype(np.float64)), rtol=1e-5, atol=1e-3)
+    else:
+        np.testing.assert_array_equal(got, ort_run(model, {"i0": x})[0])

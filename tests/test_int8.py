@@ -77,6 +77,20 @@ def test_vnni_panels_narrow_to_the_columns(n, lanes, tmp_path):
     assert re.search(rf"vpdpbusd\s.*%{register}", code), "no vpdpbusd on " + register
 
 
+def test_a_constant_zero_weight_zero_point_costs_nothing():
+    """onnxruntime's dynamic quantization gives the weight a zero point of 0 (an initializer):
+    its term, zb * rowsum(a), is left out instead of summing every row of the activation."""
+    rng = np.random.default_rng(5)
+    inits = {"b": rng.integers(-128, 128, (64, 32)).astype(np.int8), "az": np.array(9, np.uint8),
+             "bz": np.array(0, np.int8)}
+    model = make([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])],
+                 [tensor("a", [8, 64], np.uint8)], [tensor("y", [8, 32], np.int32)], inits)
+    a = rng.integers(0, 256, (8, 64)).astype(np.uint8)
+    compiled = hetc.compile(model, "cpu")
+    np.testing.assert_array_equal(compiled.run({"a": a})["y"], (a.astype(np.int64) - 9) @ inits["b"].astype(np.int64))
+    assert not any("sum" in name for name in compiled.report["kernels"]), compiled.report["kernels"]
+
+
 @pytest.mark.parametrize("m, k, n", [(5, 30, 16), (3, 32, 20), (1, 7, 9)])
 def test_matmul_integer_off_the_tile_falls_back_exactly(m, k, n):
     model, a, want = _matmul_integer(m, k, n, True, seed=1)

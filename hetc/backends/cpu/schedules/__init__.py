@@ -18,12 +18,13 @@ import tvm
 from tvm import relax, tirx
 from tvm.s_tir import ScheduleError
 
-from . import depthwise, gemm, generic, int8, reduction, winograd
+from . import depthwise, full_reduction, gemm, generic, int8, reduction, winograd
 from .common import PREPROC, Rule
 
 log = logging.getLogger(__name__)
 
-RULES: list[Rule] = [winograd.RULE, int8.RULE, depthwise.RULE, gemm.RULE, reduction.RULE, generic.RULE]
+RULES: list[Rule] = [winograd.RULE, int8.RULE, depthwise.RULE, gemm.RULE, reduction.RULE, full_reduction.RULE,
+                     generic.RULE]
 
 
 def simd_lanes(target: tvm.target.Target) -> int:

@@ -563,6 +563,13 @@ def _scalar_or_none(expr: relax.Expr | None) -> bool:
     return shape is not None and all(isinstance(d, tirx.IntImm) and int(d) == 1 for d in shape.values)
 
 
+def _zero_constant(expr: relax.Expr | None) -> bool:
+    """A zero point that is a constant zero: its term is zero, and computing it is not free
+    (onnxruntime's dynamic quantization writes the weight's zero point as a 0 initializer;
+    its term needs a sum over every row of the activation)."""
+    return isinstance(expr, tvm.ir.GenericConst) and not expr.value.numpy().any()
+
+
 @converter("MatMulInteger", since=10)
 def matmul_integer(ctx: ConvertContext, inputs: list, attrs: Attrs):
     """uint8 ``a`` x int8 ``b`` with per-tensor zero points (what onnxruntime's dynamic
@@ -580,6 +587,7 @@ def matmul_integer(ctx: ConvertContext, inputs: list, attrs: Attrs):
 
         return onnx_frontend.MatMulInteger._impl_v10(ctx.bb, inputs, {}, {})
     k = b.ty.shape.values[0]
+    a_zp, b_zp = (None if _zero_constant(zp) else zp for zp in (a_zp, b_zp))
     acc = relax.op.matmul(a, b, out_dtype="int32")
     if a_zp is not None:
         za = relax.op.astype(relax.op.reshape(a_zp, []), "int32")
