@@ -496,3 +496,43 @@ def test_whole_tensor_reduction_runs_in_parallel_vector_partials(op, shape, rule
         np.testing.assert_allclose(got, np.sum(x.astype(np.float64)), rtol=1e-5, atol=1e-3)
     else:
         np.testing.assert_array_equal(got, ort_run(model, {"i0": x})[0])
+
+
+@pytest.mark.parametrize("name", ["matmul", "conv3x3", "depthwise", "conv1x1"])
+def test_numpy_weight_packing_equals_the_packing_kernels(name):
+    """``fold_packing_numpy`` scatters each weight into its packed layout with numpy; the
+    constants equal what FoldConstant gets by building and running the packing functions."""
+    import tvm
+    from tvm import relax
+
+    from hetc import api
+    from hetc.backends.cpu.fold_packing import _Packer
+    from hetc.backends.cpu.pipeline import pre_schedule_stages, schedule_passes
+    from hetc.passes.pipeline import rewrite_functions
+    from hetc.targets import parse_targets
+
+    model = {"matmul": lambda: _single("MatMul", [(24, 96)], (24, 80), {"w": _w(96, 80)}),
+             "conv3x3": lambda: _conv_model(1, 32, 14, 14, 48, 3, pad=1, relu=True),
+             "depthwise": lambda: _conv_model(1, 48, 12, 12, 48, 3, pad=1, group=48),
+             "conv1x1": lambda: _conv_model(1, 40, 9, 9, 24, 1)}[name]()
+    options = CompileOptions()
+    _, mod, _, _ = api._import(model, parse_targets("cpu"), options, None, None)
+    stages = pre_schedule_stages(options) + schedule_passes(options)
+    mod, _ = api.run_pipeline(mod, stages[:[s.name for s in stages].index("fold_packing_numpy")])
+    packer = _Packer(mod)
+    ours = rewrite_functions(packer, mod)
+    assert packer.count >= 1
+    with tvm.transform.PassContext(opt_level=3):
+        theirs, ours = relax.transform.FoldConstant()(mod), relax.transform.FoldConstant()(ours)
+
+    def constants(m):
+        found = []
+        relax.analysis.post_order_visit(
+            m["main"], lambda e: found.append(e.value.numpy()) if isinstance(e, tvm.ir.GenericConst) else None)
+        return found
+
+    a, b = constants(theirs), constants(ours)
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.dtype == y.dtype
+        np.testing.assert_array_equal(x, y)

@@ -23,6 +23,7 @@ from ...passes.phases import (
 from ...passes.pipeline import Stage
 from ..byoc import with_offloads
 from .codegen import llvm_target
+from .fold_packing import fold_packing_pass
 from .schedules import default_schedule_pass, split_weight_packing_pass
 from .int8 import int8_conv_pass
 from .schedules.int8 import has_vnni
@@ -84,7 +85,8 @@ def schedule_passes(options: CompileOptions) -> list[Stage]:
               lambda: default_schedule_pass(llvm_target(options))),
         Stage("split_weight_packing", "move the weight layout transforms out of the kernels",
               split_weight_packing_pass),
-        Stage("fold_weight_packing", "pack the constant weights at compile time", relax.transform.FoldConstant),
+        Stage("fold_packing_numpy", "pack the constant weights at compile time, with numpy", lambda: fold_packing_pass),
+        Stage("fold_weight_packing", "pack the weights numpy did not (FoldConstant)", relax.transform.FoldConstant),
         Stage("dce_packing", "drop the packing functions", relax.transform.DeadCodeElimination),
     ]
 
