@@ -6,7 +6,9 @@
 Writes each model (examples/models.py; with --torch-models, also the .onnx files of
 examples/torch_models.py in DIR), then per model: onnxruntime (CPU EP, one thread per physical
 core) for the reference outputs, hetc and onnxruntime timed alternately in one loop (medians
-of --repeat runs after warm-up; see hetc/benchmark.py), the same for the tuned build, and
+of --repeat runs after warm-up, a run of a model faster than 1 ms being as many back-to-back
+calls as take about 1 ms, its time divided by them; see hetc/benchmark.py), the same for the
+tuned build, and
 TVM's default build (from_onnx + tvm.compile, untuned: seconds per run on the CNNs, so its
 runs stop once --tvm-budget seconds and 3 runs are spent; such cells are marked *). Every
 column uses the FLOP count of hetc's compile report; % peak is of the fastest 4096x4096 float32
@@ -47,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import hetc
 from hetc.backends.cpu.codegen import llvm_target
 from hetc.backends.cpu.runtime import from_executable
-from hetc.benchmark import co_run, compare_with_onnxruntime, cpu_features, ort_session
+from hetc.benchmark import RUN_MS, co_run, compare_with_onnxruntime, cpu_features, ort_session
 from hetc.errors import last_line
 from hetc.native_log import filtered_stderr
 from hetc.options import CompileOptions, default_threads
@@ -281,7 +283,8 @@ def print_table(rows: list[dict], args) -> None:
         return "" if value is None else f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
 
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
-                  title=f"CPU latency ({args.isa}): median of {args.repeat} runs, {args.threads} threads, "
+                  title=f"CPU latency ({args.isa}): median of {args.repeat} runs (a run of a model under "
+                        f"{RUN_MS:g} ms: calls for about {RUN_MS:g} ms, time per call), {args.threads} threads, "
                         f"peak {args.peak:.0f} GFLOP/s, int8 {args.peak_int8:.0f} GOP/s (the *_int8 rows' %peak)")
     for col in ("model", "GFLOP", "runtime", "build s", "ms", "GFLOP/s", "%peak", "x ort", "err"):
         table.add_column(col, justify="left" if col in {"model", "runtime"} else "right", no_wrap=True)

@@ -43,17 +43,37 @@ def ort_session(model: Path, threads: int = 0, spinning: bool = False):
     return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
 
 
-def in_turns(runners: Mapping[str, Callable[[], object]], repeat: int, warmup: int = 2) -> dict[str, list[float]]:
-    """Times (ms) of ``repeat`` calls of each runner after ``warmup``, the runners taking turns
-    call by call (the machine's speed drifts: only times from one loop compare)."""
+def in_turns(runners: Mapping[str, Callable[[], object]], repeat: int, warmup: int = 2,
+             calls: int = 1) -> dict[str, list[float]]:
+    """Times (ms per call) of ``repeat`` runs of each runner after ``warmup``, the runners
+    taking turns run by run (the machine's speed drifts: only times from one loop compare).
+    A run is ``calls`` back-to-back calls (``calls_per_run``), its time divided by them."""
     times: dict[str, list[float]] = {name: [] for name in runners}
     for i in range(warmup + repeat):
         for name, fn in runners.items():
             start = time.perf_counter()
-            fn()
+            for _ in range(calls):
+                fn()
             if i >= warmup:
-                times[name].append((time.perf_counter() - start) * 1e3)
+                times[name].append((time.perf_counter() - start) * 1e3 / calls)
     return times
+
+
+RUN_MS = 1.0  # a timed run of a model faster than this repeats the call (``calls_per_run``)
+
+
+def calls_per_run(runners: Mapping[str, Callable[[], object]], run_ms: float = RUN_MS) -> int:
+    """Back-to-back calls per timed run, so that a run of the slowest runner takes about
+    ``run_ms``: a single call of a 10-microsecond model is timed with the scheduler's and the
+    timer's jitter, whose medians moved the small examples' ratios by +-0.5 between runs on
+    a shared 2-core machine. 1 for models slower than ``run_ms``."""
+    slowest = 0.0
+    for fn in runners.values():
+        fn()
+        start = time.perf_counter()
+        fn()
+        slowest = max(slowest, (time.perf_counter() - start) * 1e3)
+    return max(1, min(1000, int(run_ms / max(slowest, 1e-6))))
 
 
 def in_blocks(runners: Mapping[str, Callable[[], object]], repeat: int, warmup: int = 2, block: int = 5,
@@ -121,13 +141,16 @@ def co_run(runners: Mapping[str, Callable[[], object]], repeat: int, warmup: int
 
 def compare_with_onnxruntime(model: Path, compiled, inputs: Mapping[str, np.ndarray], repeat: int = 10,
                              warmup: int = 2, session=None) -> dict:
-    """``{"results": {"hetc": {...}, "onnxruntime": {...}}, "hetc_over_ort": ratio}`` in ms.
+    """``{"results": {"hetc": {...}, "onnxruntime": {...}}, "hetc_over_ort": ratio}`` in ms per
+    call, taking turns run by run, a run of models under ``RUN_MS`` being several calls
+    (``calls_per_run``).
 
     ``session``: an ``ort_session`` of ``model`` to reuse (one is made otherwise)."""
     session = session or ort_session(model)
     runners: dict[str, Callable[[], object]] = {
         "hetc": lambda: compiled.run(inputs), "onnxruntime": lambda: session.run(None, dict(inputs))}
-    results = {name: {"median_ms": statistics.median(t), "min_ms": min(t), "runs": len(t)}
-               for name, t in in_turns(runners, repeat, warmup).items()}
+    calls = calls_per_run(runners)
+    results = {name: {"median_ms": statistics.median(t), "min_ms": min(t), "runs": len(t), "calls_per_run": calls}
+               for name, t in in_turns(runners, repeat, warmup, calls).items()}
     return {"results": results,
             "hetc_over_ort": results["hetc"]["median_ms"] / results["onnxruntime"]["median_ms"]}

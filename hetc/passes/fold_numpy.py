@@ -13,8 +13,8 @@ with a DequantizeLinear (``astype``, an int32 ``subtract`` of the zero point, ``
 ``multiply`` by the scale), 118+ kernels to build for a MobileNetV2.
 
 A call is folded when every argument is a constant (or a variable bound to one), the op is in
-``_UNARY``/``_BINARY``/``_LAYOUT`` or is ``astype`` or an integer ``sum`` (not float to int: out-of-range values
-are undefined there), its dtype is in ``_DTYPES`` (float ops only on floats: an int
+``_UNARY``/``_BINARY``/``_LAYOUT``, is ``astype`` (not float to int: out-of-range values are
+undefined there) or is an integer ``sum`` (exact in any order), its dtype is in ``_DTYPES`` (float ops only on floats: an int
 ``divide``'s rounding is TVM's own) and numpy's result has the call's static shape and dtype
 (numpy's type promotion differing from Relax's leaves the call alone); anything else is left
 to ``FoldConstant``. To add an op, add its numpy equivalent to one of the tables (only ops

@@ -39,13 +39,18 @@ class CompiledModel:
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         # The common case, checked first and cheaply (a call's fixed cost): every input there,
         # of its dtype, of its static shape. Anything else goes through the full check below.
-        if len(inputs) == len(self._signature):
-            try:
-                arrays = [np.asarray(inputs[name]) for name, _, _ in self._signature]
-            except KeyError:
-                arrays = None
-            if arrays is not None and all(a.dtype == dtype and a.shape == shape for a, (_, dtype, shape)
-                                          in zip(arrays, self._signature)):
+        get = getattr(inputs, "get", None)
+        if get is not None and len(inputs) == len(self._signature):
+            arrays = []
+            for name, dtype, shape in self._signature:
+                array = get(name)
+                if array is None:
+                    break
+                array = np.asarray(array)
+                if array.dtype != dtype or array.shape != shape:
+                    break
+                arrays.append(array)
+            else:
                 return arrays
         expected = {s.name: s for s in self.manifest.inputs}
         missing = [n for n in expected if n not in inputs]
@@ -88,7 +93,11 @@ class CompiledModel:
         if len(outputs) != len(self.manifest.outputs):
             raise ArtifactError(f"model returned {len(outputs)} outputs, manifest lists "
                                 f"{len(self.manifest.outputs)}")
-        return dict(zip(self.output_names, outputs))
+        return dict(zip(self._output_names, outputs))
+
+    @functools.cached_property
+    def _output_names(self) -> list[str]:
+        return self.output_names
 
     def save(self, directory: str | Path) -> Path:
         """Write the artifact directory atomically; returns its path."""

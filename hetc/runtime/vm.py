@@ -79,27 +79,31 @@ class VMRunner:
         if not self.on_cpu:
             return _flatten(self._invoke(main, [tvm.runtime.tensor(np.require(a, requirements="C"),
                                                                    self.first) for a in args]))
-        arrays = [np.asarray(a) for a in args]
-        inputs = [self._on_device(i, a) for i, a in enumerate(arrays)]
-        outputs = []
+        passed: list[np.ndarray] = []  # the memory each input tensor is (a staging buffer or the array)
+        inputs = [self._on_device(i, np.asarray(a), passed) for i, a in enumerate(args)]
+        outputs: list[np.ndarray] = []
         for value in _tensors(self._invoke(main, inputs)):
             array = _to_numpy(value)
-            if isinstance(value, tvm.runtime.Tensor) and any(
-                    np.may_share_memory(array, x) for x in (*arrays, *self._staged(), *outputs)):
-                array = array.copy()  # an output that is an input, or another output: a copy of its own
+            if isinstance(value, tvm.runtime.Tensor):
+                for other in (*passed, *outputs):
+                    if np.may_share_memory(array, other):
+                        array = array.copy()  # an output that is an input, or another output: its own copy
+                        break
             outputs.append(array)
         return outputs
 
-    def _on_device(self, index: int, array: np.ndarray):
+    def _on_device(self, index: int, array: np.ndarray, passed: list):
         """A CPU tensor for input ``index``: up to ``_STAGE_BYTES``, ``array`` copied into an
         aligned buffer kept for that input (0.2 us for a 64-byte input on a Zen 5, against 10
         us for ``tvm.runtime.tensor``, which allocates and copies through TVM); above, ``array``
         itself when it is contiguous, 64-byte aligned and writable (numpy exports no read-only
-        array through DLPack), else the buffer."""
+        array through DLPack), else the buffer. Appends to ``passed`` the numpy memory the
+        tensor is, which an output could share."""
         if array.dtype not in _DLPACK_NUMPY or array.size == 0:
             return tvm.runtime.tensor(np.require(array, requirements="C"))
         if (array.nbytes > _STAGE_BYTES and array.flags.c_contiguous and array.flags.writeable
                 and array.ctypes.data % _ALIGN == 0):
+            passed.append(array)
             return tvm_ffi.from_dlpack(array, require_alignment=_ALIGN)
         staged = self.staging.get(index)
         if staged is None or staged[0].shape != array.shape or staged[0].dtype != array.dtype:
@@ -108,10 +112,8 @@ class VMRunner:
             buffer = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
             staged = self.staging[index] = (buffer, tvm_ffi.from_dlpack(buffer, require_alignment=_ALIGN))
         staged[0][...] = array
+        passed.append(staged[0])
         return staged[1]
-
-    def _staged(self) -> list[np.ndarray]:
-        return [buffer for buffer, _ in self.staging.values()]
 
     def call_tensors(self, args: Sequence) -> list:
         """Run ``main`` on numpy arrays or TVM tensors (already on the first device: not copied)

@@ -11,8 +11,10 @@ which no int8 instruction can run. This pass rewrites it to
     conv2d(pad(x, p, value=zx): uint8, W: int8, padding 0, out int32) - zx * sum(W[k])
 
 the same int32 result (the padding, zx, contributes (zx - zx) * w = 0 on both sides), a
-uint8 x int8 contraction that ``vpdpbusd`` computes. Only on CPUs with AVX512-VNNI: elsewhere
-the int32 form stays (the int8 form would run scalar).
+uint8 x int8 contraction that ``vpdpbusd`` computes. A depthwise conv, which has no dot
+product for ``vpdpbusd``, becomes one float32 kernel on the uint8 input instead, exact
+(``_depthwise``). Only on CPUs with AVX512-VNNI: elsewhere the int32 form stays (the int8
+form would run scalar).
 """
 
 from __future__ import annotations
@@ -102,12 +104,12 @@ class _Int8Conv(PyExprMutator):  # pylint: disable=abstract-method
         top, left, bottom, right = pads
         # Channels to a multiple of 4 (vpdpbusd's step; an RGB stem has 3): zero weights, so the
         # padded channel's values (zx) add nothing and the correction below is unchanged.
-        extra = 0 if depthwise else -w.shape[-1] % 4
+        extra = -w.shape[-1] % 4
         if any(pads) or extra:
             x = self.builder_.emit(relax.op.nn.pad(x, [0, 0, top, bottom, left, right, 0, extra], pad_value=float(zx)))
         wq = np.pad(w, [(0, 0)] * 3 + [(0, extra)]).astype(np.int8)
         conv = relax.op.nn.conv2d(x, relax.const(wq), strides=attrs.strides, padding=[0, 0, 0, 0],
-                                  dilation=attrs.dilation, groups=groups, data_layout="NHWC", kernel_layout="OHWI",
+                                  dilation=attrs.dilation, groups=1, data_layout="NHWC", kernel_layout="OHWI",
                                   out_layout="NHWC", out_dtype="int32")
         self.count += 1
         if zx == 0:

@@ -17,7 +17,8 @@ schedule is the contraction rule's register tile with that instruction as its st
 L is 16 lanes (zmm) where they divide j, else 8 (ymm) or 4 (xmm): MobileNetV2's 24-channel
 projections run as panels of 3 ymm instead of falling back to an int32 kernel. W is re-laid
 out at compile time to ``[j / L, .., k / 4, j % L, k % 4]`` (a PREPROC block, as the
-contraction rule packs its weights), so each step's Lx4 weight block is one load. The sum of 4 products of uint8 and int8 fits an int32: the result is exact.
+contraction rule packs its weights), so each step's Lx4 weight block is one load. The sum
+of 4 products of uint8 and int8 fits an int32: the result is exact.
 
 TVM 0.27's own ``dot_16x4_vnni`` intrinsic (``tvm.s_tir.tensor_intrin.x86``) no longer
 verifies against its LLVM (the intrinsic takes ``<64 x i8>`` operands now, not ``<16 x
