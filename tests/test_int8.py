@@ -154,8 +154,9 @@ def test_depthwise_qlinear_conv_in_float_is_exact(shape):
         assert any("depthwise_conv2d_u8" in name for name in names), compiled.report["kernels"]
 
 
-def _qdq_model(tmp_path, depthwise=False):
-    """A float conv -> relu -> conv model through onnxruntime's static QDQ quantization."""
+def _qdq_model(tmp_path, depthwise=False, classes=0):
+    """A float conv -> relu -> conv model through onnxruntime's static QDQ quantization (with
+    ``classes``: then global pooling and a Gemm classifier, output [1, classes])."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     rng = np.random.default_rng(0)
@@ -165,8 +166,17 @@ def _qdq_model(tmp_path, depthwise=False):
              "w2": (rng.standard_normal((16, 1 if depthwise else 16, 3, 3)) * 0.2).astype(np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["y"], pads=[1, 1, 1, 1], group=16 if depthwise else 1)]
-    model = make(nodes, [tensor("x", [1, c, 10, 10])], [tensor("y", [1, 16, 10, 10])], inits, opset=17)
+             helper.make_node("Conv", ["r1", "w2"], ["c2" if classes else "y"], pads=[1, 1, 1, 1],
+                              group=16 if depthwise else 1)]
+    out = [1, 16, 10, 10]
+    if classes:
+        inits |= {"w3": (rng.standard_normal((classes, 16)) * 0.3).astype(np.float32),
+                  "b3": rng.standard_normal(classes).astype(np.float32) * 0.1}
+        nodes += [helper.make_node("Relu", ["c2"], ["r2"]), helper.make_node("GlobalAveragePool", ["r2"], ["p"]),
+                  helper.make_node("Flatten", ["p"], ["f"]),
+                  helper.make_node("Gemm", ["f", "w3", "b3"], ["y"], transB=1)]
+        out = [1, classes]
+    model = make(nodes, [tensor("x", [1, c, 10, 10])], [tensor("y", out)], inits, opset=17)
     src, dst = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
     onnx.save(model, src)
 
@@ -200,6 +210,28 @@ def test_qdq_convs_fuse_into_qlinear_conv(tmp_path):
     scale = float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name.startswith("y_scale")))
     assert np.abs(got - want).max() <= scale * 1.001
     assert list(compiled.report["kernels"].values()).count("int8-vnni") == 2, compiled.report["kernels"]
+
+
+def test_qdq_gemm_runs_as_an_int8_conv(tmp_path):
+    """A quantized classifier Gemm (QGemm in onnxruntime) becomes a 1x1 QLinearConv between two
+    reshapes: its weight stays int8, the one-row product runs on the VNNI kernel in panels of 8
+    lanes (1000 = 125 x 8), and the output is onnxruntime's within one step."""
+    model = _qdq_model(tmp_path, classes=1000)
+    fused = onnx.ModelProto()
+    fused.CopyFrom(model)
+    assert fuse_qdq(fused) == 3
+    ops = [n.op_type for n in fused.graph.node]
+    assert ops.count("QLinearConv") == 3 and "Gemm" not in ops and "Conv" not in ops
+    onnx.checker.check_model(fused)
+    if not VNNI:
+        pytest.skip("QDQ groups are fused only where int8 kernels run (AVX512-VNNI)")
+    x = np.random.default_rng(7).standard_normal((1, 8, 10, 10)).astype(np.float32)
+    compiled = hetc.compile(model, "cpu")
+    got = compiled.run({"x": x})["y"]
+    scale = float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name.startswith("y_scale")))
+    assert got.shape == (1, 1000)
+    assert np.abs(got - ort_run(model, {"x": x})[0]).max() <= scale * 1.001
+    assert list(compiled.report["kernels"].values()).count("int8-vnni") == 3, compiled.report["kernels"]
 
 
 def test_depthwise_qdq_conv_is_fused_and_matches_onnxruntime(tmp_path):

@@ -130,7 +130,7 @@ def _operands(sch: Schedule, block, spatial, reduce):
 def _schedule(sch: Schedule, infos, main) -> bool:
     spatial = [it for it in main.iters if it.kind == "S"]
     reduce = [it for it in main.iters if it.kind == "R"]
-    if len(spatial) < 2 or not reduce or [it.kind for it in main.iters] != ["S"] * len(spatial) + ["R"] * len(reduce):
+    if not spatial or not reduce or [it.kind for it in main.iters] != ["S"] * len(spatial) + ["R"] * len(reduce):
         return False
     if not all(isinstance(it.dom, int) for it in main.iters):
         return False
@@ -142,9 +142,9 @@ def _schedule(sch: Schedule, infos, main) -> bool:
     if found is None:
         return False
     _, w_idx, pj, pk = found
-    rows_axes = spatial[:-1]
+    rows_axes = spatial[:-1]  # none for one row (a classifier at batch 1, whose unit axes normalize away)
     jb = _panels(j.dom, lanes)
-    rows = next(r for r in ROWS if rows_axes[-1].dom % r == 0 and r * jb <= REGISTERS)
+    rows = next(r for r in ROWS if r * jb <= REGISTERS and (not rows_axes or rows_axes[-1].dom % r == 0))
     if rows < 4 and math.prod(it.dom for it in rows_axes) % 8 == 0 and len(rows_axes) > 1:
         rows = 0  # the innermost row axis is too short for a tile: fuse the rows first
     # Producers: plain copies are inlined, the (conditional) padding stays a separate pass.
@@ -161,7 +161,9 @@ def _schedule(sch: Schedule, infos, main) -> bool:
     loops = dict(zip([it.var for it in main.iters], sch.get_loops(main.block_rv)[-len(main.iters):]))
     jo, jbl, jl = sch.split(loops[j.var], [None, jb, lanes])
     ko, k4 = sch.split(loops[k.var], [None, 4])
-    if rows:
+    if not rows_axes:
+        outer, ri = [], None
+    elif rows:
         xo, ri = sch.split(loops[rows_axes[-1].var], [None, rows])
         outer = [loops[it.var] for it in rows_axes[:-1]] + [xo]
     else:
@@ -171,15 +173,16 @@ def _schedule(sch: Schedule, infos, main) -> bool:
         mo, ri = sch.split(fused, [None, rows])
         outer = [mo]
     others = [loops[it.var] for it in reduce[:-1]]
-    sch.reorder(*outer, jo, *others, ko, ri, jbl, jl, k4)
-    tile = sch.fuse(*outer, jo)
+    sch.reorder(*outer, jo, *others, ko, *([ri] if ri is not None else []), jbl, jl, k4)
+    tile = sch.fuse(*outer, jo) if outer else jo
     acc = sch.cache_write(main.block_rv, 0, "local")
     epilogue = inline_chain(sch, acc, infos, main)
     sch.reverse_compute_at(epilogue, tile, preserve_unit_loops=True)
     sch.parallel(tile)
     sch.decompose_reduction(main.block_rv, others[0] if others else ko)
     sch.tensorize(jl, VNNI_LOCAL[lanes])
-    sch.unroll(ri)
+    if ri is not None:
+        sch.unroll(ri)
     sch.unroll(jbl)
     return True
 
