@@ -192,23 +192,28 @@ def _qdq_model(tmp_path, depthwise=False, classes=0):
     return onnx.load(dst)
 
 
-def test_qdq_convs_fuse_into_qlinear_conv(tmp_path):
-    model = _qdq_model(tmp_path)
+def _fused_within_one_step(model, groups: int, seed: int):
+    """``model``'s QDQ groups fused (``groups`` of them, all QLinearConv, a valid model), then
+    compiled and run: the output within one step of onnxruntime's (it is DequantizeLinear of a
+    uint8: a step is its scale). Returns the compiled model; skips where no VNNI fuses them."""
     fused = onnx.ModelProto()
     fused.CopyFrom(model)
-    assert fuse_qdq(fused) == 2
+    assert fuse_qdq(fused) == groups
     ops = [n.op_type for n in fused.graph.node]
-    assert ops.count("QLinearConv") == 2 and "Conv" not in ops
+    assert ops.count("QLinearConv") == groups and "Conv" not in ops and "Gemm" not in ops
     onnx.checker.check_model(fused)
     if not VNNI:
-        pytest.skip("QDQ convs are fused only where int8 kernels run (AVX512-VNNI)")
-    x = np.random.default_rng(5).standard_normal((1, 8, 10, 10)).astype(np.float32)
+        pytest.skip("QDQ groups are fused only where int8 kernels run (AVX512-VNNI)")
+    x = np.random.default_rng(seed).standard_normal((1, 8, 10, 10)).astype(np.float32)
     compiled = hetc.compile(model, "cpu")
     got = compiled.run({"x": x})["y"]
-    want = ort_run(model, {"x": x})[0]
-    # the output is DequantizeLinear of a uint8: one step is its scale
     scale = float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name.startswith("y_scale")))
-    assert np.abs(got - want).max() <= scale * 1.001
+    assert np.abs(got - ort_run(model, {"x": x})[0]).max() <= scale * 1.001
+    return compiled, got
+
+
+def test_qdq_convs_fuse_into_qlinear_conv(tmp_path):
+    compiled, _ = _fused_within_one_step(_qdq_model(tmp_path), 2, seed=5)
     assert list(compiled.report["kernels"].values()).count("int8-vnni") == 2, compiled.report["kernels"]
 
 
@@ -216,37 +221,16 @@ def test_qdq_gemm_runs_as_an_int8_conv(tmp_path):
     """A quantized classifier Gemm (QGemm in onnxruntime) becomes a 1x1 QLinearConv between two
     reshapes: its weight stays int8, the one-row product runs on the VNNI kernel in panels of 8
     lanes (1000 = 125 x 8), and the output is onnxruntime's within one step."""
-    model = _qdq_model(tmp_path, classes=1000)
-    fused = onnx.ModelProto()
-    fused.CopyFrom(model)
-    assert fuse_qdq(fused) == 3
-    ops = [n.op_type for n in fused.graph.node]
-    assert ops.count("QLinearConv") == 3 and "Gemm" not in ops and "Conv" not in ops
-    onnx.checker.check_model(fused)
-    if not VNNI:
-        pytest.skip("QDQ groups are fused only where int8 kernels run (AVX512-VNNI)")
-    x = np.random.default_rng(7).standard_normal((1, 8, 10, 10)).astype(np.float32)
-    compiled = hetc.compile(model, "cpu")
-    got = compiled.run({"x": x})["y"]
-    scale = float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name.startswith("y_scale")))
+    compiled, got = _fused_within_one_step(_qdq_model(tmp_path, classes=1000), 3, seed=7)
     assert got.shape == (1, 1000)
-    assert np.abs(got - ort_run(model, {"x": x})[0]).max() <= scale * 1.001
     assert list(compiled.report["kernels"].values()).count("int8-vnni") == 3, compiled.report["kernels"]
 
 
 def test_depthwise_qdq_conv_is_fused_and_matches_onnxruntime(tmp_path):
-    """A depthwise QDQ conv becomes a grouped QLinearConv (int32, no VNNI): onnxruntime's result."""
-    model = _qdq_model(tmp_path, depthwise=True)
-    fused = onnx.ModelProto()
-    fused.CopyFrom(model)
-    assert fuse_qdq(fused) == 2
-    assert "Conv" not in [n.op_type for n in fused.graph.node]
-    if not VNNI:
-        pytest.skip("QDQ convs are fused only where int8 kernels run (AVX512-VNNI)")
-    x = np.random.default_rng(6).standard_normal((1, 8, 10, 10)).astype(np.float32)
-    got = hetc.compile(model, "cpu").run({"x": x})["y"]
-    scale = float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name.startswith("y_scale")))
-    assert np.abs(got - ort_run(model, {"x": x})[0]).max() <= scale * 1.001
+    """A depthwise QDQ conv becomes a grouped QLinearConv (a float32 kernel on the uint8 input,
+    exact): onnxruntime's result within one step."""
+    compiled, _ = _fused_within_one_step(_qdq_model(tmp_path, depthwise=True), 2, seed=6)
+    assert any("depthwise_conv2d_u8" in name for name in compiled.report["kernels"]), compiled.report["kernels"]
 
 
 def test_quantized_conv_stays_nhwc_between_layers(tmp_path):

@@ -51,6 +51,14 @@ def normalized(func: tirx.PrimFunc) -> tuple[Schedule, list[SBlockInfo] | None]:
     return sch, normalize_prim_func(sch)
 
 
+def one_reduction(func: tirx.PrimFunc) -> tuple[Schedule, list[SBlockInfo], SBlockInfo] | None:
+    """``normalized(func)`` and its only reduction block; None if it does not normalize or has
+    no reduction block or several."""
+    sch, infos = normalized(func)
+    reductions = [b for b in infos or [] if b.is_reduction()]
+    return (sch, infos, reductions[0]) if len(reductions) == 1 else None
+
+
 def scheduled(func: tirx.PrimFunc, schedule: Callable[..., bool], lanes: int, variant: int) -> Schedule | None:
     """A rule's ``apply``: ``schedule(sch, infos, lanes, variant)`` on a normalized copy of
     ``func``; None when the function does not normalize or the rule declines."""

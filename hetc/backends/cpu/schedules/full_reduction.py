@@ -24,7 +24,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule
 from tvm.target import Target
 
-from .common import Rule, normalized
+from .common import Rule, one_reduction
 
 MIN_ELEMENTS = 1 << 14  # below this, one core's serial loop is as fast as waking the pool
 CHUNKS = (16, 8, 4, 2)  # partial results per lane; more than threads, so the pool can balance
@@ -32,13 +32,10 @@ CHUNKS = (16, 8, 4, 2)  # partial results per lane; more than threads, so the po
 
 def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
     del target
-    sch, infos = normalized(func)
-    if infos is None:
+    found = one_reduction(func)
+    if found is None:
         return None
-    reductions = [b for b in infos if b.is_reduction()]
-    if len(reductions) != 1:
-        return None
-    main = reductions[0]
+    sch, infos, main = found
     if not all(isinstance(it.dom, int) for it in main.iters):
         return None
     if any(it.kind == "S" and it.dom != 1 for it in main.iters) or any(it.kind not in "SR" for it in main.iters):

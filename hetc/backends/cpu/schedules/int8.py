@@ -36,7 +36,16 @@ from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 from tvm.target import Target
 
-from .common import PREPROC, Rule, inline_chain, is_constant, normalized, plain_index, schedule_spatial, uses
+from .common import (
+    PREPROC,
+    Rule,
+    inline_chain,
+    is_constant,
+    one_reduction,
+    plain_index,
+    schedule_spatial,
+    uses,
+)
 
 ROWS = (8, 7, 6, 5, 4, 3, 2, 1)  # register-tile rows, the largest that divides the rows
 REGISTERS = 28  # accumulators a tile may use (of AVX-512's 32 registers)
@@ -87,13 +96,10 @@ def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
     del lanes
     if not has_vnni(target) or not {"uint8", "int8"} <= {str(getattr(p, "dtype", "")) for p in func.params}:
         return None  # (checked on the parameters: printing every kernel cost ~3 ms each)
-    sch, infos = normalized(func)
-    if infos is None:
+    found = one_reduction(func)
+    if found is None:
         return None
-    reductions = [b for b in infos if b.is_reduction()]
-    if len(reductions) != 1:
-        return None
-    main = reductions[0]
+    sch, infos, main = found
     if not _schedule(sch, infos, main):
         return None
     return sch
