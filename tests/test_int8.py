@@ -226,6 +226,28 @@ def test_qdq_gemm_runs_as_an_int8_conv(tmp_path):
     assert list(compiled.report["kernels"].values()).count("int8-vnni") == 3, compiled.report["kernels"]
 
 
+def test_unnamed_qdq_gemms_fuse_without_clashing_names():
+    """Two Gemms without node names: the tensors the fusion adds are named after each group's
+    (unique) output, and the fused model computes what the QDQ one does (ONNX reference)."""
+    def dq(out, x, s, z):
+        return helper.make_node("DequantizeLinear", [x, s, z], [out])
+
+    inits = {"s": np.array(0.1, np.float32), "z": np.array(3, np.uint8), "ws": np.array(0.05, np.float32),
+             "wz": np.array(0, np.int8), "w1": np.arange(32).reshape(4, 8).astype(np.int8) - 16,
+             "w2": np.arange(8).reshape(2, 4).astype(np.int8) - 4}
+    nodes = [dq("xf", "x", "s", "z"), dq("w1f", "w1", "ws", "wz"), helper.make_node("Gemm", ["xf", "w1f"], ["g1"], transB=1),
+             helper.make_node("QuantizeLinear", ["g1", "s", "z"], ["q1"]), dq("h", "q1", "s", "z"),
+             dq("w2f", "w2", "ws", "wz"), helper.make_node("Gemm", ["h", "w2f"], ["g2"], transB=1),
+             helper.make_node("QuantizeLinear", ["g2", "s", "z"], ["y"])]
+    model = make(nodes, [tensor("x", [1, 8], np.uint8)], [tensor("y", [1, 2], np.uint8)], inits, opset=21)
+    x = (np.arange(8, dtype=np.uint8) * 20).reshape(1, 8)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert fuse_qdq(model) == 2
+    onnx.checker.check_model(model)
+    assert len({t.name for t in model.graph.initializer}) == len(model.graph.initializer)
+    np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, {"x": x})[0], want)
+
+
 def test_depthwise_qdq_conv_is_fused_and_matches_onnxruntime(tmp_path):
     """A depthwise QDQ conv becomes a grouped QLinearConv (a float32 kernel on the uint8 input,
     exact): onnxruntime's result within one step."""

@@ -111,7 +111,7 @@ def fuse_qdq(model: onnx.ModelProto) -> int:
             graph.node.insert(at + k, node)
         graph.node.remove(conv)
         graph.node.remove(q)
-        fused.append(node.name)
+        fused.append(name)
     if fused:
         _drop_dead_dequantize(graph)
         log.info("fused %d QDQ conv groups into QLinearConv", len(fused))
@@ -126,19 +126,19 @@ def _gemm_as_conv(graph, inits: dict, inputs: list[str], w_nk: np.ndarray, outpu
     n, k = w_nk.shape
 
     def constant(suffix: str, value: np.ndarray) -> str:
-        key = f"{name}_hetc_{suffix}"
+        key = f"{output}_hetc_{suffix}"  # the output's name is unique in the graph; a node's may be empty
         inits[key] = numpy_helper.from_array(value, key)
         graph.initializer.append(inits[key])
         return key
 
     inputs = list(inputs)
     inputs[3] = constant("weight", np.ascontiguousarray(w_nk).reshape(n, k, 1, 1))
-    x4, y4 = f"{name}_hetc_x4", f"{name}_hetc_y4"
+    x4, y4 = f"{output}_hetc_x4", f"{output}_hetc_y4"
     return [helper.make_node("Reshape", [inputs[0], constant("x_shape", np.array([-1, k, 1, 1], np.int64))], [x4],
-                             name=f"{name}_hetc_reshape_x"),
+                             name=f"{output}_hetc_reshape_x"),
             helper.make_node("QLinearConv", [x4, *inputs[1:]], [y4], name=name),
             helper.make_node("Reshape", [y4, constant("y_shape", np.array([-1, n], np.int64))], [output],
-                             name=f"{name}_hetc_reshape_y")]
+                             name=f"{output}_hetc_reshape_y")]
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
