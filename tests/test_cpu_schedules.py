@@ -450,7 +450,7 @@ def test_division_by_a_run_time_scalar_is_exact():
 def test_byte_pad_is_vectorized_by_what_divides_the_channels(channels, width):
     """A uint8 pad (before an int8 conv) is one vector register of bytes per step where the
     channels allow, else the widest part of one that divides them: MobileNetV2's 96 and 144
-    channels ran one byte at a time (1.35 ms for a 1.2 MB pad, where vectorized it takes 0.07)."""
+    channels ran one byte at a time (1.35 ms for a 1.2 MB pad, vectorized 0.07 ms; Zen 4, AVX-512)."""
     from tvm import te, tirx
 
     from hetc.backends.cpu.schedules import schedule_func

@@ -123,9 +123,9 @@ def plan(func: tirx.PrimFunc) -> tuple[int, np.ndarray, np.ndarray, list[int], s
     return position, src, out, out_shape, str(out_buffer.dtype)
 
 
-def pack(func: tirx.PrimFunc, args: list[np.ndarray], moves=None) -> np.ndarray:
-    """What ``func`` writes to its output given ``args`` (``moves``: its ``plan``, if known)."""
-    position, src, out, shape, dtype = moves or plan(func)
+def pack(moves: tuple, args: list[np.ndarray]) -> np.ndarray:
+    """What a prepack function whose ``plan`` is ``moves`` writes to its output given ``args``."""
+    position, src, out, shape, dtype = moves
     packed = np.empty(math.prod(shape), dtype)
     packed[out] = np.ascontiguousarray(args[position]).reshape(-1)[src].astype(dtype)
     return packed.reshape(shape)
@@ -162,7 +162,7 @@ class _Packer(PyExprMutator):  # pylint: disable=abstract-method
                 self.plans[gv] = None
         if self.plans[gv] is None or len(values) != len(func.params) - 1:
             return call
-        packed = pack(func, values, self.plans[gv])
+        packed = pack(self.plans[gv], values)
         out = call.ty
         if not isinstance(out, relax.TensorType) or list(packed.shape) != [int(d) for d in out.shape.values]:
             return call
