@@ -3,6 +3,7 @@
 
     python scripts/runtime_bundle.py OUT [--artifact DIR ...] [--python-version 3.12]
                                          [--wheel-dir DIR] [--no-cudart] [--max-mib 64]
+                                         [--runtime-lib DIR]
 
 ``OUT`` gets::
 
@@ -19,6 +20,10 @@ typing_extensions) or a compatible ``abi3``. Otherwise (apache-tvm-ffi is built 
 version) the wheel is taken from ``--wheel-dir`` or fetched with ``pip download`` for the target
 Python and manylinux_2_28_x86_64, and unpacked. The bundle is refused above ``--max-mib``
 (default 64 MiB). Errors are one line on stderr, exit status 1. See docs/deploy.md.
+
+The wheel's ``libtvm_runtime_cuda.so`` (CUDA 13) makes every bundle CUDA-capable; ``--runtime-lib
+DIR`` replaces the wheel's ``libtvm_runtime.so`` / ``libtvm_runtime_cuda.so`` with the ones in DIR
+(a source build: ``scripts/build_cuda_runtime.sh``; docs/cuda.md, "The runtime on the GPU machine").
 """
 
 from __future__ import annotations
@@ -208,6 +213,21 @@ def add_cudart(site: Path) -> str | None:
     return match.group(1)
 
 
+RUNTIME_LIBS = ("libtvm_runtime.so", "libtvm_runtime_cuda.so")
+
+
+def replace_runtime(site: Path, lib_dir: Path) -> dict:
+    """Put ``lib_dir``'s runtime libraries in place of the wheel's; returns {name: bytes}."""
+    missing = [n for n in RUNTIME_LIBS if not (lib_dir / n).is_file()]
+    if missing:
+        raise BundleError(f"{lib_dir}: no {', '.join(missing)} (scripts/build_cuda_runtime.sh builds them)")
+    out = {}
+    for name in RUNTIME_LIBS:
+        shutil.copy2(lib_dir / name, site / "tvm" / "lib" / name)
+        out[name] = (lib_dir / name).stat().st_size
+    return out
+
+
 def _load_standalone():
     spec = importlib.util.spec_from_file_location("hetc_standalone", STANDALONE)
     module = importlib.util.module_from_spec(spec)
@@ -240,7 +260,7 @@ def add_artifacts(out: Path, artifacts: list[str], versions: dict) -> list[str]:
 
 
 def build(out: Path, artifacts: list[str], py: str, wheel_dir: Path | None, cudart: bool,
-          max_mib: float) -> dict:
+          max_mib: float, runtime_lib: Path | None = None) -> dict:
     """Build the bundle in a temporary sibling of ``out``, then move it into place."""
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "BUNDLE.json").is_file())):
         raise BundleError(f"{out}: exists and is not an empty directory or a bundle; refusing to overwrite it")
@@ -254,6 +274,7 @@ def build(out: Path, artifacts: list[str], py: str, wheel_dir: Path | None, cuda
             if wheel_dir:
                 wheel_dir.mkdir(parents=True, exist_ok=True)
             packages = add_packages(tmp / "site", py, wheel_dir, Path(work))
+        runtime = replace_runtime(tmp / "site", runtime_lib) if runtime_lib else None
         cudart_from = add_cudart(tmp / "site") if cudart else None
         shutil.copy2(STANDALONE, tmp / "standalone.py")
         names = add_artifacts(tmp, artifacts, packages)
@@ -261,6 +282,7 @@ def build(out: Path, artifacts: list[str], py: str, wheel_dir: Path | None, cuda
         (tmp / "run.sh").chmod(0o755)
         info = {"python_version": py, "platform": PLATFORM, "packages": packages, "artifacts": names,
                 "stripped": STRIP, "cudart": cudart_from,
+                "runtime_lib": {"from": str(runtime_lib), "bytes": runtime} if runtime else "wheel",
                 "size_bytes": {"site": tree_size(tmp / "site"),
                                "artifacts": tree_size(tmp / "artifacts") if names else 0}}
         (tmp / "BUNDLE.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -288,11 +310,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cudart", action="store_true",
                         help=f"do not copy {CUDART} (the GPU machine must then provide it)")
     parser.add_argument("--max-mib", type=float, default=64, help="refuse bundles larger than this")
+    parser.add_argument("--runtime-lib", type=Path,
+                        help="folder with libtvm_runtime.so and libtvm_runtime_cuda.so to use instead of the wheel's")
     args = parser.parse_args(argv)
     out = Path(args.out).absolute()
     try:
         info = build(out, args.artifact, args.python_version, args.wheel_dir, not args.no_cudart,
-                     args.max_mib)
+                     args.max_mib, args.runtime_lib)
     except BundleError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
