@@ -20,6 +20,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 
+from . import crash
 from .backends.cpu import int8 as cpu_int8
 from .backends.cpu.codegen import isa_record
 from .errors import HetcError, UnsupportedOpError, UsageError
@@ -203,9 +204,11 @@ def _import(model: ModelSource, targets: list[Target], options: CompileOptions,
             base_dir: str | os.PathLike | None, constant_inputs):
     """Load and convert the model: (loaded model, Relax module, op graph, {"import": seconds})."""
     start = time.perf_counter()
+    crash.set_stage("load")
     loaded = load_model(model, options.input_shapes, base_dir, constant_inputs, options.dims,
                         fuse_qdq_convs=cpu_int8.integer_kernels(options))
     mod = to_relax(loaded)
+    crash.set_stage("op graph")
     times = {"import": time.perf_counter() - start}
     return loaded, mod, build_opgraph(mod, targets, plan_values(loaded.dims, options.plan_shape)), times
 
@@ -316,6 +319,7 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
     kernels, convs = _kernel_schedules(mod), winograd_decisions(mod)
     kernel_dims = _kernel_dims(mod) if loaded.dims else {}
     start = time.perf_counter()
+    crash.set_stage("codegen")
     executable = tgt.backend.build(mod, options)
     times["codegen"] = time.perf_counter() - start
 
@@ -382,6 +386,7 @@ def _compile_split(model: ModelSource, targets: list[Target], options: CompileOp
     kernel_dims = _kernel_dims(mod) if loaded.dims else {}
     moved, found = pl.transfers(mod, placed, names), pl.placed_nodes(mod)
     start = time.perf_counter()
+    crash.set_stage("codegen")
     executable = pl.build(mod, placed, options)
     times["codegen"] = time.perf_counter() - start
 

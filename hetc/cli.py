@@ -21,7 +21,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__
+from . import __version__, crash
 from .errors import HetcError, OutputPathError, UsageError
 from .npz import load_npz, save_npz
 from .options import WINOGRAD_MODES
@@ -229,6 +229,7 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
     shapes = _shapes(input_shapes)
     constants = _constants(constant_inputs)
     check_output_path(output.absolute())  # fail before compiling, not after
+    crash.note_output(output.absolute())  # a crash removes what it left of the artifact
     if database is not None:
         from .tuning.database import read_metadata
 
@@ -241,7 +242,9 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                            devices=parse_device_specs(device_specs), objective=objective, tp=tp, pp=pp,
                            micro_batches=micro_batches, dims=_dim_ranges(dims), plan_shape=_plan_shape(plan_shape),
                            gears=_gears(gears), cpu=cpu, winograd=winograd)
+    crash.set_stage("write artifact")
     out = compiled.save(output)
+    crash.set_stage("report")
     if compiled.manifest.parallel:
         _print_parallel(compiled.manifest, out, time.perf_counter() - start)
         return
@@ -699,8 +702,15 @@ def _one_line(message: str) -> str:
     return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console entry point: runs the CLI and turns errors into one line and an exit code."""
+# Commands run in a child process that a fatal fault (SIGSEGV in a TVM pass) cannot silence:
+# the parent reports it in one line (hetc/crash.py).
+GUARDED_COMMANDS = {"compile"}
+
+
+def main(argv: list[str] | None = None, *, guard: bool | None = None) -> int:
+    """Console entry point: runs the CLI and turns errors into one line and an exit code.
+    ``guard``: run ``GUARDED_COMMANDS`` in a forked child (``crash.run_guarded``); default: when
+    ``argv`` is None (``hetc``, ``python -m hetc``), not for in-process callers passing ``argv``."""
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args
     if debug:  # accepted anywhere on the line, not only before the command
@@ -708,6 +718,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args:
         click.echo(cli.get_help(click.Context(cli, info_name="hetc")))
         return 0
+    command = next((a for a in args if not a.startswith("-")), None)
+    if (argv is None if guard is None else guard) and command in GUARDED_COMMANDS:
+        return crash.run_guarded(lambda: _run(args, debug), debug)
+    return _run(args, debug)
+
+
+def _run(args: list[str], debug: bool) -> int:
     try:
         result = cli.main(args=args, prog_name="hetc", standalone_mode=False)
         return result if isinstance(result, int) else 0

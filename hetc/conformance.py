@@ -74,12 +74,24 @@ def node_tests_dir() -> Path:
 
 def generate(out: Path | None = None, op_type: str | None = None) -> Path:
     """Write the installed onnx package's node tests (all, or one op's) under ``out``."""
-    import onnx.backend.test.case.node as node_cases
-
     out = out or node_tests_dir()
     marker = out / ".complete"
     if op_type is None and marker.exists():
         return out
+    if op_type is None:  # one writer at a time (pytest-xdist workers start together)
+        import fcntl
+
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out.parent / f".{out.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return out if marker.exists() else _write_cases(out, None)
+    return _write_cases(out, op_type)
+
+
+def _write_cases(out: Path, op_type: str | None) -> Path:
+    import onnx.backend.test.case.node as node_cases
+
+    marker = out / ".complete"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the reference implementations warn on inf/nan
         cases = node_cases.collect_testcases(op_type)

@@ -34,11 +34,45 @@ def plain(line: str) -> str:
 
 # TVM messages that say nothing to a user, in hetc's words: (pattern over the whole message,
 # replacement; groups of the pattern may be used)
+_UNLOWERED = re.compile(r"CodeGenVM cannot emit this Relax operator.*?Offending call:\s*R\.([\w.]+)\(",
+                        re.DOTALL)
 _TVM_MESSAGES = [
-    (re.compile(r"CodeGenVM cannot emit this Relax operator.*?Offending call:\s*R\.([\w.]+)\(", re.DOTALL),
+    (_UNLOWERED,
      (r"the operator \1 could not be lowered to code: its input shapes are not known to be compatible at "
      r"compile time (bind the symbolic dims with --input-shape)")),
 ]
+
+
+def unlowered_call(err: BaseException, mod) -> str | None:
+    """Why ``err`` (TVM's VM code generation meeting an op no pass lowered) happened, read from
+    ``mod``, the module given to the build: an op whose output shape was inferred has no
+    lowering in TVM for its attributes (a ``conv2d_transpose`` in NHWC), named here; one whose
+    shape was not (inputs not known to be compatible) keeps ``last_line``'s hint. None when
+    ``err`` is another error or the call is not found."""
+    import tvm
+    from tvm import relax
+
+    found = _UNLOWERED.search(str(err))
+    if found is None:
+        return None
+    name = f"relax.{found.group(1)}"
+    for func in mod.functions.values():
+        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+            continue
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                call = binding.value
+                if not (isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op)
+                        and call.op.name == name):
+                    continue
+                if not (isinstance(call.ty, relax.TensorType) and hasattr(call.ty.shape, "values")):
+                    return None  # shapes unknown: last_line's hint holds
+                attrs = call.attrs
+                layouts = [f"{k}={getattr(attrs, k)}" for k in dir(attrs) if k.endswith("layout")]
+                form = f" with {', '.join(layouts)}" if layouts else " in this form"
+                return (f"the operator {found.group(1)} could not be lowered to code: TVM has no lowering "
+                        f"for it{form}")
+    return None
 
 
 def last_line(err: BaseException) -> str:

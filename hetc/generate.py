@@ -11,6 +11,8 @@ The model is one decoder step with its cache as inputs and outputs, as exporters
 ``past_key_values.{i}.key`` / ``.value``; outputs ``logits`` first and ``present.{i}.key`` /
 ``.value`` (the past with this step's entries appended). The prompt is the step with an empty
 past (``past_seq`` = 0), so one compiled artifact serves prefill and every decoding step.
+Optimum's inputs ``position_ids`` and (merged decoder) ``use_cache_branch`` are fed when the
+model has them: positions from the mask, the cache branch once the past is not empty.
 
 The loop is a ``Runner``: ``start(batch)`` gives the empty cache, ``step(ids, mask, cache)``
 returns ``(logits, cache)``, ``max_step_tokens`` is the most tokens one step takes (None: no
@@ -56,6 +58,21 @@ def _empty_cache(specs: Sequence[tuple[str, Sequence, str]], batch: int) -> list
                       for axis, d in enumerate(shape)], dtype) for _, shape, dtype in specs]
 
 
+def _extra_feeds(names, input_ids: np.ndarray, attention_mask: np.ndarray) -> dict:
+    """The inputs optimum's exports add: ``position_ids`` (counted over the mask as transformers
+    counts them, 1 at padding) and the merged decoder's ``use_cache_branch`` (false while the
+    past is empty)."""
+    feeds = {}
+    past = attention_mask.shape[1] - input_ids.shape[1]
+    if "position_ids" in names:
+        positions = np.cumsum(attention_mask, axis=1) - 1
+        positions[attention_mask == 0] = 1
+        feeds["position_ids"] = positions[:, past:]
+    if "use_cache_branch" in names:
+        feeds["use_cache_branch"] = np.array([past > 0])
+    return feeds
+
+
 class CompiledRunner:
     """Decoding steps on a ``hetc.CompiledModel``. With ``resident`` (the default) the cache
     stays in the VM's tensors from one step to the next; without it every step copies the
@@ -82,7 +99,8 @@ class CompiledRunner:
         return _empty_cache([(n, by_name[n].shape, by_name[n].dtype) for n in self.past], batch)
 
     def step(self, input_ids: np.ndarray, attention_mask: np.ndarray | None, cache: list):
-        feeds = {"input_ids": input_ids, **dict(zip(self.past, cache))}
+        feeds = {"input_ids": input_ids, **dict(zip(self.past, cache)),
+                 **_extra_feeds(self.order, input_ids, attention_mask)}
         if self.has_mask:
             feeds["attention_mask"] = attention_mask
         if not self.resident:
@@ -113,7 +131,8 @@ class OrtRunner:
         return _empty_cache([(n, self.inputs[n].shape, types[self.inputs[n].type]) for n in self.past], batch)
 
     def step(self, input_ids, attention_mask, cache):
-        feeds = {"input_ids": input_ids, **dict(zip(self.past, cache))}
+        feeds = {"input_ids": input_ids, **dict(zip(self.past, cache)),
+                 **_extra_feeds(self.inputs, input_ids, attention_mask)}
         if self.has_mask:
             feeds["attention_mask"] = attention_mask
         out = dict(zip(self.outputs, self.session.run(None, feeds)))

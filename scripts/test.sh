@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up a virtual environment with hetc and its test extras, then run the tests.
-# Without arguments: every test but the `slow` ones (10 to 25 minutes on 2 cores). Extra
-# arguments go to pytest instead (e.g. `-m slow` for the slow ones, `-m ""` for all).
+# Without arguments: every test but the `slow` ones (about 10 minutes on 2 cores). Extra
+# arguments go to pytest instead (e.g. `-m slow` for the slow ones, `-m ""` for all). Tests run
+# in HETC_TEST_WORKERS pytest-xdist workers (default: the number of cores, at most 4; 0: in
+# this process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -14,4 +16,5 @@ python3 -m venv .venv
 if [ "$#" -eq 0 ]; then
   set -- -m "not slow"
 fi
-exec .venv/bin/python -m pytest "$@"
+workers="${HETC_TEST_WORKERS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
+exec .venv/bin/python -m pytest -n "$workers" "$@"

@@ -127,3 +127,16 @@ def test_local_functions_are_inlined():
     model.functions.append(fn)
     x = np.array([1, -2, 3], np.float32)
     np.testing.assert_array_equal(hetc.compile(model).run({"x": x})["y"], 2 * x)
+
+
+def test_dims_named_by_an_expression_become_plain_symbols():
+    """optimum names a decoder's mask dim ``past_sequence_length + sequence_length``: one opaque
+    name (as onnxruntime reads it), renamed alike wherever it occurs, and the model runs."""
+    total = "past_sequence_length + sequence_length"
+    model = make([helper.make_node("Add", ["a", "b"], ["y"])],
+                 [tensor("a", ["batch", total]), tensor("b", ["batch", total])], [tensor("y", ["batch", total])])
+    loaded = load_model(model)
+    assert loaded.inputs[0].shape == ("batch", "past_sequence_length_sequence_length")
+    assert set(loaded.dims) == {"batch", "past_sequence_length_sequence_length"}
+    a, b = np.ones((2, 5), np.float32), np.arange(10, dtype=np.float32).reshape(2, 5)
+    np.testing.assert_array_equal(hetc.compile(model).run({"a": a, "b": b})["y"], a + b)

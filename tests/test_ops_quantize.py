@@ -187,12 +187,14 @@ def test_conv_integer(auto_pad):
     _same(got[0], want[0])
 
 
-def test_quantize_int4_output_is_a_clear_error():
-    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="q", output_dtype=TensorProto.INT4)
-    model = make([node], [tensor("x", [4])], [helper.make_tensor_value_info("y", TensorProto.INT4, [4])],
+def test_quantize_fnuz_output_is_a_clear_error():
+    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="q",
+                            output_dtype=TensorProto.FLOAT8E4M3FNUZ)
+    model = make([node], [tensor("x", [4])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FNUZ, [4])],
                  {"s": np.array(0.5, np.float32)}, opset=21)
-    with pytest.raises(ConversionError, match=r"node 'q' \(QuantizeLinear\): attribute output_dtype=22.*"
-                                              r"int4.*sub-byte"):
+    with pytest.raises(ConversionError, match=r"node 'q' \(QuantizeLinear\): attribute output_dtype=18.*"
+                                              r"float8_e4m3fnuz.*fnuz"):
         hetc.compile(model)
 
 

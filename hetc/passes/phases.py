@@ -61,8 +61,11 @@ def layout_passes(layout: str | None) -> list[Stage]:
 
     if layout in (None, "NCHW"):
         return []
-    # Only conv2d is named; ConvertLayout carries the layout through pools and elementwise ops.
-    desired = {"NHWC": {"relax.nn.conv2d": ["NHWC", "OHWI"]}}[layout]
+    # conv2d is named; ConvertLayout carries the layout through pools and elementwise ops. A
+    # conv2d_transpose after a conv would follow it to NHWC, which TVM cannot lower (only
+    # NCHW/IOHW: DPT's reassemble stage failed in code generation); it keeps NCHW.
+    desired = {"NHWC": {"relax.nn.conv2d": ["NHWC", "OHWI"],
+                        "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}}[layout]
     return [
         Stage("convert_layout", f"convert conv/pool layouts to {layout}",
               lambda: _convert_conv_layout(desired)),
@@ -101,7 +104,49 @@ def _round_half_even(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     return bb.call_te(lambda t: te.compute(t.shape, lambda *i: tirx.nearbyint(t(*i)), "rint"), x)
 
 
-ROUNDING = {"relax.round": _round_half_even}
+def _extreme(kind: str):
+    """``relax.max``/``relax.min`` of a float tensor reduced from -inf/+inf: TVM's starts from
+    the lowest/highest finite value, so a row of -inf (a fully masked attention row) gave
+    -3.4e38 instead of -inf. Other dtypes keep TVM's lowering, and so does a whole tensor reduced
+    to one value: the full-reduction rule (``schedules/full_reduction.py``) needs ``rfactor``,
+    which only knows TVM's reducers (registering one from Python corrupts the heap at exit), so
+    a tensor of nothing but -inf still gives the lowest float there."""
+    from tvm import te, tirx
+
+    default = tvm.ir.Op.get(f"relax.{kind}").get_attr("FLegalize")
+    pick = tirx.max if kind == "max" else tirx.min
+    start = float("-inf") if kind == "max" else float("inf")
+
+    def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        x = call.args[0]
+        rank = x.ty.ndim
+        if str(x.ty.dtype) not in ("float16", "bfloat16", "float32", "float64") or rank <= 0:
+            return default(bb, call)
+        axes = sorted({int(a) % rank for a in call.attrs.axis}) if call.attrs.axis is not None else list(range(rank))
+        kept = [x.ty.shape[a] for a in range(rank) if a not in axes]
+        if all(isinstance(d, tvm.tirx.IntImm) and int(d) == 1 for d in kept):
+            return default(bb, call)
+        keep = bool(call.attrs.keepdims)
+        reducer = te.comm_reducer(lambda a, b: pick(a, b), lambda dt: tirx.const(start, dt), name=f"{kind}_inf")
+
+        def fn(t: te.Tensor) -> te.Tensor:
+            out = [1 if a in axes else t.shape[a] for a in range(rank)] if keep else \
+                [t.shape[a] for a in range(rank) if a not in axes]
+            ks = {a: te.reduce_axis((0, t.shape[a]), name=f"k{a}") for a in axes}
+
+            def body(*idx):
+                it = iter(idx) if not keep else None
+                full = [ks[a] if a in ks else (idx[a] if keep else next(it)) for a in range(rank)]
+                return reducer(t(*full), axis=list(ks.values()))
+
+            return te.compute(out, body, name=f"T_{kind}")
+
+        return bb.call_te(fn, x, primfunc_name_hint=kind)
+
+    return legalize
+
+
+ROUNDING = {"relax.round": _round_half_even, "relax.max": _extreme("max"), "relax.min": _extreme("min")}
 
 
 def legalize_passes(custom: dict | None = None) -> list[Stage]:

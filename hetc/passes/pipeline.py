@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 import tvm
 from tvm import relax
 
+from .. import crash
 from ..errors import CompileError, HetcError, last_line
 from ..native_log import release_frames
 
@@ -83,6 +84,7 @@ def run_pipeline(mod: tvm.IRModule, stages: Sequence[Stage]) -> tuple[tvm.IRModu
     before = module_stats(mod)
     for stage in stages:
         start = time.perf_counter()
+        crash.set_stage(stage.name)  # what a fatal fault reports (hetc/crash.py)
         try:
             with tvm.transform.PassContext(opt_level=3):
                 mod = stage.make()(mod)

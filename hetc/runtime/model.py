@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArtifactError, HetcError, InputError, last_line
+from .. import narrow
 from ..targets import get_target
 from .artifact import Manifest, read_manifest, write_artifact
 from .standalone import cpu_problem, shape_problem
@@ -88,12 +89,20 @@ class CompiledModel:
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         arrays = self._check_inputs(inputs)
+        if self._sub_byte:  # int4, float4e2m1, ...: one byte per element (hetc/narrow.py)
+            arrays = [narrow.to_raw(a) for a in arrays]
         # One part today; the partitioned executor (placement issue) chains several.
         outputs = self._runners[0](arrays)
         if len(outputs) != len(self.manifest.outputs):
             raise ArtifactError(f"model returned {len(outputs)} outputs, manifest lists "
                                 f"{len(self.manifest.outputs)}")
+        if self._sub_byte:
+            outputs = [narrow.from_raw(o, s.dtype) for o, s in zip(outputs, self.manifest.outputs)]
         return dict(zip(self._output_names, outputs))
+
+    @functools.cached_property
+    def _sub_byte(self) -> bool:
+        return any(narrow.is_narrow(s.dtype) for s in (*self.manifest.inputs, *self.manifest.outputs))
 
     @functools.cached_property
     def _output_names(self) -> list[str]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import tvm
 
-from ...errors import CompileError, last_line
+from ...errors import CompileError, last_line, unlowered_call
 from ...native_log import filtered_stderr
 from ...options import CompileOptions
 from .pool import pool_object
@@ -75,7 +75,8 @@ def build(mod: tvm.IRModule, options: CompileOptions):
         pipeline = tvm.transform.Sequential([tvm.relax.get_pipeline("default"), _shape_funcs_noalias])
         return tvm.compile(mod, target, relax_pipeline=pipeline)
     except Exception as err:
-        raise CompileError(f"CPU code generation failed: {last_line(err)}") from err
+        reason = unlowered_call(err, mod) or last_line(err)
+        raise CompileError(f"CPU code generation failed: {reason}") from err
 
 
 def export(executable, path: Path, options: CompileOptions | None = None) -> None:

@@ -17,9 +17,11 @@ from onnx import helper
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
+from ... import crash, narrow
 from ...errors import CompileError, ConversionError, HetcError
 from ...native_log import release_frames
 from . import (
+    dim_cast,
     fold,
     ops,  # noqa: F401  (registers hetc's converters)
     registry,
@@ -66,6 +68,9 @@ def supported_ops(opset: int) -> dict[str, str]:
     return {k: v for k, v in table.items() if v is not None}
 
 
+# Ops with subgraphs, converted by hetc (ops/control_flow.py) through ``_construct_one``.
+_SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
+
 # Ops TVM's graph walker lets take a ShapeExpr (the value of a Shape node) as input; any
 # other op gets "Node cannot handle ShapeExpr inputs" (copied from TVM 0.27's _construct_nodes).
 _SHAPE_COMPATIBLE_OPS = {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand",
@@ -92,8 +97,12 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
         self._inferred = {v.name: [d.dim_value if d.HasField("dim_value") else None
                                    for d in v.type.tensor_type.shape.dim]
                           for v in [*graph.value_info, *graph.output] if v.type.tensor_type.HasField("shape")}
+        self._note_types(graph)
         for node in graph.node:
-            if self._evaluate_symbolic(node) or self._evaluate_static(node):
+            self._node_now = node
+            crash.set_stage(f"convert ({node.op_type} node '{node.name}')")
+            sub_byte = any(self._types.get(n) in narrow.ONNX_TYPES for n in [*node.input, *node.output])
+            if not sub_byte and (self._evaluate_symbolic(node) or self._evaluate_static(node)):
                 continue
             shapes = {name: self._nodes[name] for name in node.input
                       if name and isinstance(self._nodes.get(name), relax.Expr)
@@ -102,15 +111,74 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
                 self._unify_dims(node)
             mixed = node.op_type in _ALL_OR_NO_SHAPES and len(shapes) < len([n for n in node.input if n])
             if (node.op_type in _SHAPE_COMPATIBLE_OPS and not mixed) or not shapes:
-                super()._construct_nodes(_OneNode(node))
+                self._construct_one(node)
             else:
                 for name, shape in shapes.items():
                     self._nodes[name] = self.bb.normalize(relax.op.shape_to_tensor(shape))
                 try:
-                    super()._construct_nodes(_OneNode(node))
+                    self._construct_one(node)
                 finally:
                     self._nodes.update(shapes)  # later shape-aware consumers still see the ShapeExpr
             self._fit_unknown_shapes(node)
+            self._note_output_types(node)
+
+    def _construct_one(self, node: onnx.NodeProto) -> None:
+        """Convert one node with TVM's loop; an op with subgraphs (ops/control_flow.py) with
+        hetc's converter, its outputs bound one by one (TVM's loop computes both branches of
+        an If, and splits an output that is a sequence into its tensors)."""
+        if node.op_type not in _SUBGRAPH_OPS:
+            super()._construct_nodes(_OneNode(node))
+            return
+        attrs = self._parse_attr(node.attribute)
+        attrs["tvm_custom"] = {"name": node.name, "num_outputs": len(node.output)}
+        inputs = [self._nodes[name] if name else None for name in node.input]
+        outputs = self._convert_operator(node.op_type, inputs, attrs, self.opset)
+        self._nodes.update((name, value) for name, value in zip(node.output, outputs) if name)
+
+    def convert_subgraph(self, graph: onnx.GraphProto, values: dict, inherit: bool = True) -> list:
+        """Convert the body ``graph`` of an If, Loop or Scan into the block being built and return
+        its outputs: ``values`` binds its inputs (and the outer names a body that became a
+        function of its own uses); with ``inherit`` the enclosing graphs' names stay visible."""
+        saved = self._nodes, self._known, self._inferred
+        self._nodes = {**(self._nodes if inherit else {}), **values}
+        try:
+            for init in graph.initializer:
+                self._nodes[init.name] = relax.const(self._parse_array(init))
+            self._construct_nodes(graph)
+            return [self._nodes[out.name] for out in graph.output]
+        finally:
+            self._nodes, self._known, self._inferred = saved
+
+    def _note_types(self, graph) -> None:
+        """ONNX element types of the graph's values (``self._types``, kept across subgraphs)."""
+        if not hasattr(self, "_types"):
+            self._types: dict[str, int] = {}
+        for v in [*graph.input, *graph.value_info, *graph.output]:
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
+                self._types.setdefault(v.name, v.type.tensor_type.elem_type)
+        for t in graph.initializer:
+            self._types.setdefault(t.name, t.data_type)
+
+    def _note_output_types(self, node: onnx.NodeProto) -> None:
+        """Types shape inference left out: Cast's ``to``, CastLike's target, else input 0's."""
+        for name in node.output:
+            if not name or name in self._types:
+                continue
+            if node.op_type == "Cast":
+                to = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "to"), None)
+                if isinstance(to, int):
+                    self._types[name] = to
+            elif node.op_type == "CastLike" and len(node.input) > 1 and node.input[1] in self._types:
+                self._types[name] = self._types[node.input[1]]
+            elif node.op_type in _SAME_TYPE_OPS and node.input and node.input[0] in self._types:
+                self._types[name] = self._types[node.input[0]]
+
+    def _parse_array(self, tensor_proto):
+        """An initializer; a sub-byte one as its bytes (hetc/narrow.py)."""
+        if tensor_proto.data_type in narrow.ONNX_TYPES:
+            array = onnx.numpy_helper.to_array(tensor_proto).reshape(tuple(tensor_proto.dims))
+            return tvm.runtime.tensor(np.ascontiguousarray(narrow.to_raw(array)))
+        return super()._parse_array(tensor_proto)
 
     def _unify_dims(self, node: onnx.NodeProto) -> None:
         """Inputs of a broadcasting op (dims aligned from the right) whose dims TVM cannot
@@ -138,12 +206,13 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
                 if t is None or (isinstance(t, tvm.tirx.IntImm) and int(t) == 1) or (
                         not isinstance(t, tvm.tirx.IntImm) and isinstance(d, tvm.tirx.IntImm) and int(d) != 1):
                     target[i] = d
+        target = [dim_cast.canonical(t) for t in target]  # ``seq``, not ``min(INT64_MAX, seq) - ...``
         for name, expr in zip(names, exprs):
             dims = list(expr.ty.shape.values)
             fixed = [t if _differ(t, d) and len(dims) - 1 - i != skip else d
                      for i, (d, t) in enumerate(zip(dims, reversed(target[:len(dims)])))]
             if any(f is not d for f, d in zip(fixed, dims)):
-                self._nodes[name] = self.bb.match_cast(expr, relax.TensorType(fixed, expr.ty.dtype))
+                self._nodes[name] = dim_cast.cast_dims(self.bb, expr, fixed)
 
     def _fit_unknown_shapes(self, node: onnx.NodeProto) -> None:
         """Give an output of known rank but unknown shape fresh symbolic dims, and make static
@@ -263,7 +332,10 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
             if entry is None:
                 attrs["tvm_custom"] = custom
                 return super()._convert_operator(op_name, inputs, attrs, opset)
-            ctx = registry.ConvertContext(self.bb, node, op_name, opset, custom.get("num_outputs", 1))
+            onnx_node = getattr(self, "_node_now", None)
+            types = tuple(self._types.get(n, 0) if n else 0 for n in onnx_node.input) if onnx_node else ()
+            ctx = registry.ConvertContext(self.bb, node, op_name, opset, custom.get("num_outputs", 1), types,
+                                          importer=self)
             tracked = registry.Attrs(node, op_name, attrs)
             result = entry.fn(ctx, list(inputs), tracked)
             if result is NotImplemented:  # a form hetc leaves to TVM's converter
@@ -294,6 +366,10 @@ def _differ(target, dim) -> bool:
         return False
     return not runtime_values.same_dim(target, dim)
 
+
+# Ops whose output has input 0's element type (for ``_note_output_types``).
+_SAME_TYPE_OPS = {"Identity", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Pad", "Slice",
+                  "Gather", "Concat", "Expand", "Tile", "Split"}
 
 _BOOL_RESULTS = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Not"}
 
@@ -328,7 +404,7 @@ def to_relax(model: LoadedModel, value_shapes: dict | None = None) -> tvm.IRModu
     for name, (low, high) in model.dims.items():
         symbolic.declare(symbols[name], low, high)
     shapes = {spec.name: [symbols[d] if isinstance(d, str) else d for d in spec.shape] for spec in model.inputs}
-    dtypes = {spec.name: spec.dtype for spec in model.inputs}
+    dtypes = {spec.name: narrow.container(spec.dtype) for spec in model.inputs}
     importer = HetcGraphImporter(shapes, dtypes, keep_params_in_input=False, sanitize=True)
     # TVM prints the failing node to stdout before re-raising and warns on every renamed
     # input; hetc reports both itself.
@@ -344,6 +420,10 @@ def to_relax(model: LoadedModel, value_shapes: dict | None = None) -> tvm.IRModu
             raise ConversionError(f"{model.name}: conversion to Relax failed: {_first_line(err)}") from err
     if value_shapes is not None:
         value_shapes.update(_static_values(importer._nodes))
+    if sum(isinstance(f, relax.Function) for f in mod.functions.values()) > 1:
+        # the functions control flow made (ops/control_flow.py), and a main with an If, bind
+        # outside dataflow blocks: put their pure runs in some, so that they are fused too
+        mod = relax.transform.ConvertToDataflow()(mod)
     check_outputs(mod, model)
     narrow_dims(mod, model)
     return mod
@@ -406,7 +486,7 @@ def check_outputs(mod: tvm.IRModule, model: LoadedModel) -> None:
         dims = None
         if isinstance(result.shape, relax.ShapeExpr):
             dims = [int(v) if isinstance(v, tvm.tirx.IntImm) else None for v in result.shape.values]
-        if str(result.dtype) not in ("", spec.dtype):
+        if str(result.dtype) not in ("", narrow.container(spec.dtype)):
             problem = f"dtype {result.dtype}, the model says {spec.dtype}"
         elif dims is not None and (len(dims) != len(spec.shape) or any(
                 isinstance(a, int) and b is not None and a != b for a, b in zip(spec.shape, dims))):

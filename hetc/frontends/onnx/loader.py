@@ -187,6 +187,20 @@ def check_supported(model: onnx.ModelProto, label: str) -> None:
         )
 
 
+def _expand_functions(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """Nodes of ops no converter handles replaced by their ONNX function bodies (functions.py)."""
+    from .functions import expand_unsupported
+    from .importer import converter_source  # late: imports TVM
+
+    opset = model_opset(model)
+    try:
+        return expand_unsupported(model, lambda domain, op: domain in registry.DEFAULT_DOMAINS
+                                  and converter_source(op, opset) is not None)
+    except Exception as err:  # noqa: BLE001 - check_supported then names the op
+        log.debug("%s: function expansion failed: %s", label, _first_line(err))
+        return model
+
+
 def _dtype(value: onnx.ValueInfoProto, label: str) -> str:
     kind = value.type.WhichOneof("value")
     if kind != "tensor_type":
@@ -240,9 +254,35 @@ def _bind_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], la
                 continue
             if not dim.dim_param:
                 dim.dim_param = re.sub(r"\W", "_", f"{name}_{i}")
-            elif not _DIM_NAME.fullmatch(dim.dim_param):
-                raise ShapeError(f"{label}: input '{name}' dim {i} is named '{dim.dim_param}', which is not "
-                                 f"a plain name; bind it with --input-shape {name}=D0,D1,...")
+
+
+def _plain_dim_names(model: onnx.ModelProto) -> None:
+    """Rename dims named by an expression to plain names, everywhere in the graph (in place).
+
+    ONNX dim names are opaque strings: optimum names a decoder's mask dim
+    ``past_sequence_length + sequence_length``. onnxruntime only compares names, so hetc does
+    the same: the name becomes ``past_sequence_length_sequence_length`` (a fresh one where that
+    is taken), one symbol like any other, with the same name wherever it occurs.
+    """
+    graph = model.graph
+    values = [*graph.input, *graph.output, *graph.value_info]
+    dims = [d for v in values if v.type.HasField("tensor_type")
+            for d in v.type.tensor_type.shape.dim if not d.HasField("dim_value") and d.dim_param]
+    taken = {d.dim_param for d in dims}
+    renamed: dict[str, str] = {}
+    for dim in dims:
+        old = dim.dim_param
+        if _DIM_NAME.fullmatch(old):
+            continue
+        if old not in renamed:
+            base = re.sub(r"\W+", "_", old).strip("_") or "dim"
+            base = base if not base[0].isdigit() else f"d_{base}"
+            new, k = base, 1
+            while new in taken:
+                new, k = f"{base}_{k}", k + 1
+            renamed[old] = new
+            taken.add(new)
+        dim.dim_param = renamed[old]
 
 
 def _symbolic_dims(model: onnx.ModelProto, ranges: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, int]]:
@@ -417,11 +457,13 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     model, label = read_model(source, base_dir)
     if constant_inputs:
         freeze_inputs(model, constant_inputs, label)
+    model = _expand_functions(model, label)
     check_supported(model, label)
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as err:
         raise ModelLoadError(f"{label}: invalid ONNX model: {_first_line(err)}") from err
+    _plain_dim_names(model)
     _bind_shapes(model, input_shapes or {}, label)
     ranges = _symbolic_dims(model, dims or {})
     _fix_single_value_dims(model, ranges)

@@ -69,6 +69,11 @@ class ConvertContext:
     op_type: str
     opset: int
     num_outputs: int
+    # ONNX element type of each input (0: absent, not a tensor or unknown). The Relax dtype
+    # does not say which sub-byte type a uint8 tensor holds (see hetc/narrow.py).
+    input_types: tuple[int, ...] = ()
+    # The graph importer, for ops with subgraphs (``convert_subgraph``, ops/control_flow.py).
+    importer: Any = None
 
     @property
     def label(self) -> str:

@@ -242,7 +242,8 @@ def _reduce(fn):
         axes = tuple(range(x.ndim)) if not axes else tuple(a % x.ndim for a in axes)
         out = x
         for a in sorted(axes, reverse=True):
-            parts = np.moveaxis(out, a, 0)
+            # 0-d arrays: indexing a 1-D object array gives its element, not an array
+            parts = [np.asarray(out.take(i, axis=a), object) for i in range(out.shape[a])]
             acc = parts[0]
             for p in parts[1:]:
                 acc = _map(fn, acc, p)

@@ -12,9 +12,15 @@ float8 types are done here exactly:
   reference (ml_dtypes) does;
 - from float8: the byte indexes a 256-entry float32 table of the type's values.
 
+The sub-byte types (int4, uint4, int2, uint2, float4e2m1) are uint8 tensors of one element per
+byte (``hetc/narrow.py``; the ONNX type comes from ``ctx.input_types``): to an integer one, the value
+is truncated toward zero and wrapped to its bits (ml_dtypes' ``astype``); to float4e2m1, rounded
+to nearest even and saturated like a float8 type (NaN gives a zero of the opposite sign, as
+ml_dtypes does); from them, int4/int2 are sign-extended, float4e2m1 read from a table.
+
 Casts to bool are ``x != 0`` (NaN is true). Float to integer truncates toward zero (LLVM);
-NaN and out-of-range values are undefined in ONNX and follow LLVM (they differ from numpy). Strings, complex numbers and the sub-byte types
-(int4, uint4, int2, uint2, float4e2m1) are rejected: the CPU target cannot hold them.
+NaN and out-of-range values are undefined in ONNX and follow LLVM (they differ from numpy).
+Strings and complex numbers are rejected.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax, te, tirx
 
+from .... import narrow
 from ..registry import Attrs, ConvertContext, converter
 
 # ONNX TensorProto.DataType -> TVM dtype (None: not supported, with the ONNX name for errors)
@@ -29,11 +36,10 @@ _ONNX_DTYPES: dict[int, str] = {
     1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
     9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16",
     17: "float8_e4m3fn", 18: "float8_e4m3fnuz", 19: "float8_e5m2", 20: "float8_e5m2fnuz",
-    24: "float8_e8m0fnu",
+    24: "float8_e8m0fnu", **narrow.ONNX_TYPES,
 }
 _UNSUPPORTED: dict[int, str] = {
-    0: "UNDEFINED", 8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128", 21: "UINT4", 22: "INT4",
-    23: "FLOAT4E2M1", 25: "UINT2", 26: "INT2",
+    0: "UNDEFINED", 8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128", 27: "FLOAT6E2M3", 28: "FLOAT6E3M2",
 }
 # Cast-1 spells `to` as a string
 _ONNX_NAMES = {
@@ -49,12 +55,14 @@ _FLOATS = {  # source float formats: (total bits, exponent bits, mantissa bits)
 
 
 class _F8:
-    """A float8 format with 1 sign bit: exponent/mantissa bits, bias, largest finite code,
-    and the codes of NaN and of an overflow without saturation (before the sign)."""
+    """A float8 (or float4) format with 1 sign bit: exponent/mantissa bits, bias, largest finite
+    code, and the codes of NaN (None: a zero of the opposite sign) and of an overflow without
+    saturation (before the sign)."""
 
-    def __init__(self, ebits: int, mbits: int, bias: int, maxc: int, nan: int, overflow: int, uz: bool):
+    def __init__(self, ebits: int, mbits: int, bias: int, maxc: int, nan: int | None, overflow: int, uz: bool):
         self.ebits, self.mbits, self.bias, self.maxc = ebits, mbits, bias, maxc
         self.nan, self.overflow, self.uz = nan, overflow, uz
+        self.sign = 1 + ebits + mbits - 1  # the sign bit's position
 
 
 _F8_FORMATS = {
@@ -67,6 +75,8 @@ _F8_FORMATS = {
     "float8_e5m2fnuz": _F8(5, 2, 16, 0x7F, 0x80, 0x80, True),
 }
 _NARROW = frozenset(_F8_FORMATS) | {"float8_e8m0fnu"}
+# float4e2m1: no inf, no NaN, always saturates (ml_dtypes' astype, the ONNX reference)
+_F4 = _F8(2, 1, 1, 0x7, None, 0x7, False)
 
 
 def _i64(v: int) -> tirx.PrimExpr:
@@ -124,8 +134,10 @@ def _encode_f8(v: tirx.PrimExpr, src: str, fmt: _F8, saturate: bool) -> tirx.Pri
         # no negative zero; NaN (and unsaturated overflow) is the unsigned 0x80
         res = tirx.Select(tirx.any(mag == _i64(0), mag == _i64(0x80)), mag, mag | (sign << _i64(7)))
         res = tirx.Select(is_nan, _i64(fmt.nan), res)
+    elif fmt.nan is None:
+        res = tirx.Select(is_nan, (_i64(1) - sign) << _i64(fmt.sign), mag | (sign << _i64(fmt.sign)))
     else:
-        res = tirx.Select(is_nan, _i64(fmt.nan), mag) | (sign << _i64(7))
+        res = tirx.Select(is_nan, _i64(fmt.nan), mag) | (sign << _i64(fmt.sign))
     return let.wrap(res.astype("uint8"))
 
 
@@ -151,9 +163,13 @@ def _encode_e8m0(v: tirx.PrimExpr, saturate: bool, round_mode: str) -> tirx.Prim
 
 
 def _f8_table(dtype: str) -> np.ndarray:
+    """The float32 value of each byte (a sub-byte type's bytes hold its low bits)."""
     import ml_dtypes
 
-    return np.arange(256, dtype=np.uint8).view(getattr(ml_dtypes, dtype)).astype(np.float32)
+    codes = np.arange(256, dtype=np.uint8)
+    if narrow.is_narrow(dtype):
+        codes &= (1 << narrow.BITS[dtype]) - 1
+    return codes.view(getattr(ml_dtypes, dtype)).astype(np.float32)
 
 
 def _decode(ctx: ConvertContext, x: relax.Expr, dtype: str) -> relax.Expr:
@@ -168,7 +184,7 @@ def _decode(ctx: ConvertContext, x: relax.Expr, dtype: str) -> relax.Expr:
 
 
 def _encode(ctx: ConvertContext, x: relax.Expr, src: str, to: str, saturate: bool, round_mode: str) -> relax.Expr:
-    """Float tensor of dtype ``src`` (see _FLOATS) -> float8 tensor ``to``."""
+    """Float tensor of dtype ``src`` (see _FLOATS) -> float8 tensor ``to`` (float4e2m1: its byte)."""
     if to == "float8_e8m0fnu":
         if src != "float32":  # the reference rounds to float32 first
             x = ctx.bb.normalize(relax.op.astype(x, "float32"))
@@ -176,15 +192,37 @@ def _encode(ctx: ConvertContext, x: relax.Expr, src: str, to: str, saturate: boo
         def elem(v):
             return _encode_e8m0(v, saturate, round_mode)
     else:
-        fmt = _F8_FORMATS[to]
+        fmt = _F4 if to == "float4_e2m1fn" else _F8_FORMATS[to]
 
         def elem(v):
-            return _encode_f8(v, src, fmt, saturate)
+            return _encode_f8(v, src, fmt, saturate or fmt is _F4)
 
     def fn(a: te.Tensor) -> te.Tensor:
+        if narrow.is_narrow(to):
+            return te.compute(a.shape, lambda *i: elem(a(*i)), name="encode_" + to)
         return te.compute(a.shape, lambda *i: tirx.reinterpret(to, elem(a(*i))), name="encode_" + to)
 
     return ctx.bb.emit_te(fn, x, primfunc_name_hint="encode_" + to)
+
+
+def _decode_int(ctx: ConvertContext, x: relax.Expr, dtype: str) -> tuple[relax.Expr, str]:
+    """int4/int2/uint4/uint2 bytes -> their values as int8 (sign-extended) or uint8 (as is)."""
+    if dtype.startswith("u"):
+        return x, "uint8"
+    half = 1 << (narrow.BITS[dtype] - 1)
+
+    def fn(a: te.Tensor) -> te.Tensor:
+        return te.compute(a.shape, lambda *i: ((a(*i).astype("int32") ^ half) - half).astype("int8"),
+                          name="decode_" + dtype)
+
+    return ctx.bb.emit_te(fn, x, primfunc_name_hint="decode_" + dtype), "int8"
+
+
+def _encode_int(x: relax.Expr, src: str, to: str) -> relax.Expr:
+    """-> int4/int2/uint4/uint2 bytes: truncated toward zero, wrapped to the type's bits."""
+    mask = relax.const((1 << narrow.BITS[to]) - 1, "int64")
+    value = relax.op.astype(x, "int64") if src != "int64" else x
+    return relax.op.astype(relax.op.bitwise_and(value, mask), narrow.CONTAINER)
 
 
 def _dtype_of(ctx: ConvertContext, code, what: str) -> str:
@@ -199,13 +237,21 @@ def _dtype_of(ctx: ConvertContext, code, what: str) -> str:
     raise ctx.error(f"{what}: casting to {name} is not supported (the CPU target has no {name} tensors)")
 
 
-def cast_to(ctx: ConvertContext, x: relax.Expr, to: str, saturate: bool, round_mode: str) -> relax.Expr:
-    src = str(x.ty.dtype)
-    if src not in _ORDINARY and src not in _NARROW:
+def cast_to(ctx: ConvertContext, x: relax.Expr, to: str, saturate: bool, round_mode: str,
+            src: str | None = None) -> relax.Expr:
+    """``x`` (of ONNX dtype ``src``, default its Relax dtype) cast to ``to``."""
+    src = src or str(x.ty.dtype)
+    if src not in _ORDINARY and src not in _NARROW and not narrow.is_narrow(src):
         raise ctx.error(f"input 0 has dtype {src}: casting from {src} is not supported (the CPU target "
                         "has no tensors of that type)")
     if src == to:
         return x
+    if narrow.is_narrow(src):  # to its values: int8/uint8, or float32 for float4e2m1
+        if src == "float4_e2m1fn":
+            x, src = _decode(ctx, x, src), "float32"
+        else:
+            x, src = _decode_int(ctx, x, src)
+        return cast_to(ctx, x, to, saturate, round_mode, src)
     if to in _ORDINARY and src in _ORDINARY:
         if to == "bool":
             # x != 0 with NaN true (LLVM's ordered != says false)
@@ -218,7 +264,9 @@ def cast_to(ctx: ConvertContext, x: relax.Expr, to: str, saturate: bool, round_m
         x = _decode(ctx, x, src)
         src = "float32"
         if to in _ORDINARY:
-            return cast_to(ctx, x, to, saturate, round_mode)
+            return cast_to(ctx, x, to, saturate, round_mode, src)
+    if narrow.is_narrow(to) and to != "float4_e2m1fn":
+        return _encode_int(x, src, to)
     if src not in _FLOATS:
         # integers and bool: exact in float32 within the float8 ranges; float64 is rounded to
         # float32 first, as the ONNX reference (ml_dtypes) does
@@ -240,15 +288,15 @@ def cast(ctx: ConvertContext, inputs: list, attrs: Attrs):
         raise ctx.error("attribute 'to' is required")
     to = _dtype_of(ctx, attrs.get("to"), "attribute to")
     saturate, round_mode = _cast_attrs(attrs, ctx.opset)
-    return cast_to(ctx, inputs[0], to, saturate, round_mode)
+    return cast_to(ctx, inputs[0], to, saturate, round_mode, narrow.onnx_dtype(ctx, inputs[0], 0))
 
 
 # One entry, as for Cast.
 @converter("CastLike", since=15)
 def cast_like(ctx: ConvertContext, inputs: list, attrs: Attrs):
-    to = str(inputs[1].ty.dtype)
-    if to not in _ORDINARY and to not in _NARROW:
+    to = narrow.onnx_dtype(ctx, inputs[1], 1)
+    if to not in _ORDINARY and to not in _NARROW and not narrow.is_narrow(to):
         raise ctx.error(f"input 1 (target_type) has dtype {to}: casting to {to} is not supported (the CPU "
                         "target has no tensors of that type)")
     saturate, round_mode = _cast_attrs(attrs, ctx.opset)
-    return cast_to(ctx, inputs[0], to, saturate, round_mode)
+    return cast_to(ctx, inputs[0], to, saturate, round_mode, narrow.onnx_dtype(ctx, inputs[0], 0))

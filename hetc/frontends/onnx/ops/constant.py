@@ -12,6 +12,7 @@ import onnx
 from onnx import numpy_helper
 from tvm import relax
 
+from .... import narrow
 from ..registry import Attrs, ConvertContext, converter
 
 # attribute -> how its parsed value becomes an array (TVM's parser gives protos/tuples/scalars)
@@ -35,5 +36,5 @@ def constant(ctx: ConvertContext, inputs: list, attrs: Attrs):
     if name in _STRING_ATTRS or (isinstance(value, onnx.TensorProto)
                                  and value.data_type == onnx.TensorProto.STRING):
         raise ctx.error(f"string constants ({name}) are not supported")
-    array = _VALUE_ATTRS[name](value)
+    array = narrow.to_raw(np.asarray(_VALUE_ATTRS[name](value)))  # sub-byte types as their bytes
     return relax.const(array, array.dtype.name)

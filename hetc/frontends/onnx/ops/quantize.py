@@ -17,9 +17,13 @@ These converters follow the spec and ``onnx.reference.ops``:
   get subnormals, -0, inf and overflow wrong): round half to even, ``saturate`` clamps to the
   largest finite value (inf included), otherwise overflow gives NaN (e4m3fn) or inf (e5m2);
   their zero point must be zero and is not added;
-- 2- and 4-bit types (int2/uint2/int4/uint4/float4e2m1), float6 and the fnuz float8 types are
-  refused with a ConversionError naming the input or attribute: TVM cannot store sub-byte
-  tensors and its fnuz float8 encodings are wrong;
+- 2- and 4-bit types (int2/uint2/int4/uint4/float4e2m1) are uint8 tensors of one element per
+  byte (``hetc/narrow.py``): the integer ones quantize and dequantize as the 8-bit types do, with
+  their ranges; float4e2m1 is encoded like a float8 type (``cast.py``; it always saturates, its
+  zero point is added before the rounding) and dequantized without its zero point, as the
+  reference does;
+- float6 and the fnuz float8 types are refused with a ConversionError naming the input or
+  attribute: TVM's fnuz float8 encodings are wrong;
 - QLinearMatMul (per-row ``a``, per-column ``b`` scales and zero points) and QLinearConv
   (per-output-channel ``w`` scale and zero point, int32 bias) compute exactly in int32, then
   requantize in float64 like the reference; ConvInteger is the int32 convolution alone.
@@ -33,8 +37,11 @@ import numpy as np
 import tvm
 from tvm import relax, te, tirx
 
+from .... import narrow
 from ..registry import Attrs, ConvertContext, converter
 from ..shapes import static_dims as _dims
+from .cast import _decode as _decode_table
+from .cast import _encode as _encode_narrow
 
 # ONNX TensorProto data type codes hetc can quantize to, and their ranges.
 _INT_RANGES = {
@@ -44,6 +51,8 @@ _INT_RANGES = {
     "int16": (-32768, 32767),
 }
 _FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
+_SUB_INT = {"uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3), "int2": (-2, 1)}
+_F4 = "float4_e2m1fn"
 _ONNX_DTYPES = {
     1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
     10: "float16", 11: "float64", 16: "bfloat16", 17: "float8_e4m3fn", 18: "float8_e4m3fnuz",
@@ -52,9 +61,6 @@ _ONNX_DTYPES = {
 }
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 _WHY = {
-    "int4": "TVM cannot store sub-byte tensors", "uint4": "TVM cannot store sub-byte tensors",
-    "int2": "TVM cannot store sub-byte tensors", "uint2": "TVM cannot store sub-byte tensors",
-    "float4_e2m1fn": "TVM cannot store sub-byte tensors",
     "float6_e2m3fn": "TVM cannot store sub-byte tensors",
     "float6_e3m2fn": "TVM cannot store sub-byte tensors",
     "float8_e4m3fnuz": "TVM's fnuz float8 encodings are wrong",
@@ -71,7 +77,16 @@ def _dt(expr: relax.Expr) -> str:
 def _unsupported(ctx: ConvertContext, what: str, dtype: str):
     why = _WHY.get(dtype, "not a quantized type hetc supports")
     return ctx.error(f"{what} has dtype {dtype}, which is not supported ({why}); supported: "
-                     f"{', '.join(list(_INT_RANGES) + list(_FLOAT8))}")
+                     f"{', '.join(list(_INT_RANGES) + list(_SUB_INT) + list(_FLOAT8) + [_F4])}")
+
+
+def _sub_int_values(x: relax.Expr, dtype: str) -> relax.Expr:
+    """The int32 values of int4/uint4/int2/uint2 bytes (signed ones sign-extended)."""
+    v = relax.op.astype(x, "int32")
+    if dtype.startswith("u"):
+        return v
+    half = relax.const(1 << (narrow.BITS[dtype] - 1), "int32")
+    return relax.op.subtract(relax.op.bitwise_xor(v, half), half)
 
 
 def _opt(inputs: list, i: int):
@@ -214,12 +229,13 @@ def _quantize(ctx: ConvertContext, inputs: list, attrs: Attrs, version: int):
         raise ctx.error(f"attribute output_dtype={out_code} is not a known ONNX type")
     target = _ONNX_DTYPES.get(out_code, "uint8") if out_code else None
     if zp is not None:
-        if target is not None and _dt(zp) != target:
-            raise ctx.error(f"input y_zero_point has dtype {_dt(zp)} but attribute output_dtype "
+        zdt = narrow.onnx_dtype(ctx, zp, 2)
+        if target is not None and zdt != target:
+            raise ctx.error(f"input y_zero_point has dtype {zdt} but attribute output_dtype "
                             f"says {target}")
-        target = _dt(zp)
+        target = zdt
     target = target or "uint8"
-    if target not in _INT_RANGES and target not in _FLOAT8:
+    if target not in _INT_RANGES and target not in _FLOAT8 and target not in _SUB_INT and target != _F4:
         what = "input y_zero_point" if zp is not None else f"attribute output_dtype={out_code}: output"
         raise _unsupported(ctx, what, target)
 
@@ -246,13 +262,25 @@ def _quantize(ctx: ConvertContext, inputs: list, attrs: Attrs, version: int):
         if div != "float32":
             q = relax.op.astype(q, "float32")
         return _encode_f8(bb, q, target, saturate)
+    if target == _F4:
+        if div != "float32":
+            q = relax.op.astype(q, "float32")
+        if zp is not None:
+            q = relax.op.add(q, _decode_table(ctx, bb.normalize(_param(ctx, zp, x_dims, axis, block, "y_zero_point")), _F4))
+        return _encode_narrow(ctx, bb.normalize(q), "float32", _F4, True, "up")
 
     wide = "float64" if div == "float64" else "float32"
     q = _round_half_even(bb, q)
     if div != wide:
         q = relax.op.astype(q, wide)
     if zp is not None:
-        q = relax.op.add(q, relax.op.astype(_param(ctx, zp, x_dims, axis, block, "y_zero_point"), wide))
+        z = _param(ctx, zp, x_dims, axis, block, "y_zero_point")
+        q = relax.op.add(q, relax.op.astype(_sub_int_values(z, target) if target in _SUB_INT else z, wide))
+    if target in _SUB_INT:  # saturated, then its bits
+        lo, hi = _SUB_INT[target]
+        q = relax.op.astype(_saturate(q, lo, hi, wide), "int32")
+        return relax.op.astype(relax.op.bitwise_and(q, relax.const((1 << narrow.BITS[target]) - 1, "int32")),
+                               narrow.CONTAINER)
     lo, hi = _INT_RANGES[target]
     q = _saturate(q, lo, hi, wide)
     return relax.op.astype(q, target)
@@ -311,14 +339,14 @@ def _dequantize(ctx: ConvertContext, inputs: list, attrs: Attrs, version: int):
     block = int(attrs.reject("block_size", lambda v: v >= 0, 0)) if version >= 21 else 0
     out_code = int(attrs.get("output_dtype", 0)) if version >= 23 else 0
 
-    xdt, sdt = _dt(x), _dt(scale)
-    if xdt not in _INT_RANGES and xdt not in _FLOAT8 and xdt != "int32":
+    xdt, sdt = narrow.onnx_dtype(ctx, x, 0), _dt(scale)
+    if xdt not in _INT_RANGES and xdt not in _FLOAT8 and xdt not in _SUB_INT and xdt not in ("int32", _F4):
         raise _unsupported(ctx, "input x", xdt)
     if sdt not in _FLOATS:
         raise ctx.error(f"input x_scale has dtype {sdt}, which is not supported "
                         f"(float16, bfloat16, float32, float64)")
-    if zp is not None and _dt(zp) != xdt:
-        raise ctx.error(f"input x_zero_point has dtype {_dt(zp)}, x has {xdt}")
+    if zp is not None and xdt != _F4 and narrow.onnx_dtype(ctx, zp, 2) != xdt:
+        raise ctx.error(f"input x_zero_point has dtype {narrow.onnx_dtype(ctx, zp, 2)}, x has {xdt}")
     out = _ONNX_DTYPES.get(out_code) if out_code else sdt
     if out not in _FLOATS:
         raise ctx.error(f"attribute output_dtype={out_code} is not supported (float types only)")
@@ -329,6 +357,14 @@ def _dequantize(ctx: ConvertContext, inputs: list, attrs: Attrs, version: int):
         if zp is not None:
             _check_zero_f8(ctx, zp, "x_zero_point")
         v, wide = _decode_f8(bb, x), "float32"
+    elif xdt == _F4:  # the reference ignores a float4e2m1 zero point
+        v, wide = _decode_table(ctx, x, _F4), "float32"
+    elif xdt in _SUB_INT:
+        wide = "float32"
+        v = _sub_int_values(x, xdt)
+        if zp is not None:
+            v = relax.op.subtract(v, _sub_int_values(_param(ctx, zp, x_dims, axis, block, "x_zero_point"), xdt))
+        v = relax.op.astype(v, wide)
     elif xdt == "int32":  # the difference may not fit int32: subtract in float64
         wide = "float64"
         v = relax.op.astype(x, wide)

@@ -3,20 +3,23 @@
 TVM's converter needs constant scales/sizes of one exact form, supports 2D/3D only and gives
 wrong values for several modes (cubic downsampling, tf_crop_and_resize with axes, antialias).
 hetc's converter implements the spec for any rank: Resize is separable, so each resized axis
-is resampled on its own, in the order the ONNX reference does it. For each axis the sampling
-indices and weights are computed at conversion time in numpy (a port of the reference's
-``_interpolate_1d_along_axis``: every ``coordinate_transformation_mode``, nearest with every
-``nearest_mode``, linear, cubic with ``cubic_coeff_a``/``exclude_outside``, antialias); the
-graph then does one ``take`` along the axis and a weighted sum over the kernel taps. Nearest
-sampling (every row one weight of 1) is a single ``take``, exact for every dtype.
-``tf_crop_and_resize`` writes ``extrapolation_value`` where the source coordinate is outside
-the input.
+is resampled on its own, in the order the ONNX reference does it. For each axis one formula
+(the reference's ``op_resize.py``) gives the source coordinate of every output position for
+the ``coordinate_transformation_mode``, then the kernel taps: ``nearest`` (one tap, rounded by
+``nearest_mode``), ``linear`` (two), ``cubic`` (four, ``cubic_coeff_a``, ``exclude_outside``),
+``antialias`` (the kernel stretched by the downscaling factor), indices clamped into the input
+and ``tf_crop_and_resize``'s ``extrapolation_value`` outside it. The graph does one ``take``
+of the [out, taps] indices along the axis and a weighted sum over the taps; a pure selection
+(every row one weight of 1) is a single ``take``, exact for every dtype.
 
-Scales, sizes and roi decide the output shape and the sampling grid. Constants (initializers,
-folded values, inputs frozen with ``constant_inputs=``) take the path above; graph inputs are
-resampled with indices and weights computed at run time (``resize_dynamic``). Integer inputs interpolated with
-linear/cubic weights are computed in float, rounded and saturated back (the reference's
-``saturate_cast``).
+Scales, sizes and roi decide the output shape and the sampling grid. When they are constants
+(initializers, folded values, inputs frozen with ``constant_inputs=``) the formula runs in
+numpy at conversion time and the indices and weights are constant tables, without the taps no
+row uses (``hetc.frontends.onnx.tables``); when they are graph inputs the same formula is
+emitted as Relax ops, each output length a fresh symbolic dim (antialias then computes every
+tap the kernel could reach, ``2 x support x n`` per output position for an axis of length
+``n``). Integer inputs interpolated with linear/cubic weights are computed in float, rounded
+and saturated back (the reference's ``saturate_cast``).
 
 Resize-10 and Upsample use the pre-11 semantics: asymmetric coordinates, nearest taking the
 floor when upsampling and the ceiling when downsampling (what onnxruntime does).
@@ -34,7 +37,7 @@ from .. import runtime_values as rv
 from ..registry import Attrs, ConvertContext, converter
 from ..shapes import dims
 from ..shapes import static_dims as _dims
-from .resize_dynamic import resize_runtime
+from ..tables import NumpyMath, RelaxMath
 
 _COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
                 "asymmetric", "tf_crop_and_resize", "tf_half_pixel_for_nn")
@@ -76,155 +79,163 @@ def scalar(value: float, dtype: str) -> relax.Expr:
     return relax.op.astype(relax.const(np.array(value, dtype="float32"), "float32"), dtype)
 
 
-# --------------------------------------------------------------------------- coefficients
-# Ports of onnx/reference/ops/op_resize.py (ratio in (0, 1]: an integer source coordinate
-# prefers the pixel on its left).
+# --------------------------------------------------------------------------- sampling
+# One formula per axis (the ONNX reference's ``op_resize.py``), evaluated by numpy when the
+# scales, sizes and roi are constants (``NumpyMath``: constant index and weight tables) and
+# emitted as Relax ops when they arrive at run time (``RelaxMath``).
 
 
-def _nearest_coeffs(mode: str):
-    def fn(ratio: float, scale: float) -> np.ndarray:
-        if float(ratio).is_integer():
-            return np.array([0.0, 1.0])
-        if mode == "round_prefer_floor":
-            return np.array([ratio <= 0.5, ratio > 0.5], dtype=np.float64)
-        if mode == "round_prefer_ceil":
-            return np.array([ratio < 0.5, ratio >= 0.5], dtype=np.float64)
-        if mode == "floor":
-            return np.array([1.0, 0.0])
-        return np.array([0.0, 1.0])  # ceil
-    return fn
-
-
-def _linear_coeffs(antialias: bool):
-    def fn(ratio: float, scale: float) -> np.ndarray:
-        if not antialias:
-            return np.array([1 - ratio, ratio])
-        scale = min(scale, 1.0)
-        start = int(np.floor(-1 / scale) + 1)
-        footprint = 2 - 2 * start
-        args = (np.arange(start, start + footprint) - ratio) * scale
-        coeffs = np.clip(1 - np.abs(args), 0, 1)
-        return coeffs / coeffs.sum()
-    return fn
-
-
-def _cubic_coeffs(a: float, antialias: bool):
-    def plain(ratio: float, scale: float) -> np.ndarray:
-        r, s = ratio, 1 - ratio
-        return np.array([
-            ((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
-            ((a + 2) * r - (a + 3)) * r * r + 1,
-            ((a + 2) * s - (a + 3)) * s * s + 1,
-            ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a,
-        ])
-
-    def kernel(x: float) -> float:
-        x = abs(x)
-        if x <= 1:
-            return (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1
-        if x < 2:
-            return a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a
-        return 0.0
-
-    def anti(ratio: float, scale: float) -> np.ndarray:
-        scale = min(scale, 1.0)
-        i_start = int(np.floor(-2 / scale) + 1)
-        coeffs = np.array([kernel(scale * (i - ratio)) for i in range(i_start, 2 - i_start)])
-        return coeffs / coeffs.sum()
-
-    return anti if antialias else plain
-
-
-def _source_coords(mode: str, out_len: int, in_len: int, scale: float, roi) -> tuple[np.ndarray, np.ndarray | None]:
-    y = np.arange(out_len, dtype=np.float64)
-    out_width = scale * in_len
-    extrapolated = None
+def _source_coords(m, mode: str, y, scale, in_len: int, out_len, roi):
+    """The source coordinate of every output position ``y`` (float64; ``scale`` and ``out_len``
+    scalars, ``roi`` the axis's (start, end) or None)."""
+    out_width = m.multiply(scale, float(in_len))
+    is_one = m.equal(out_width, 1.0)
+    half = m.add(y, 0.5)
     if mode == "align_corners":
-        x = np.zeros(out_len) if out_width == 1 else y * (in_len - 1) / (out_width - 1)
-    elif mode == "asymmetric":
-        x = y / scale
-    elif mode == "tf_crop_and_resize":
+        return m.where(is_one, 0.0, m.divide(m.multiply(y, float(in_len - 1)), m.subtract(out_width, 1.0)))
+    if mode == "asymmetric":
+        return m.divide(y, scale)
+    if mode == "tf_crop_and_resize":
         lo, hi = roi
-        if out_width == 1:
-            x = np.full(out_len, (hi - lo) * (in_len - 1) / 2)
+        width = m.subtract(hi, lo)
+        x = m.where(is_one, m.divide(m.multiply(width, float(in_len - 1)), 2.0),
+                    m.divide(m.multiply(m.multiply(y, width), float(in_len - 1)), m.subtract(out_width, 1.0)))
+        return m.add(x, m.multiply(lo, float(in_len - 1)))
+    if mode == "pytorch_half_pixel":
+        return m.where(is_one, -0.5, m.subtract(m.divide(half, scale), 0.5))
+    if mode == "half_pixel":
+        return m.subtract(m.divide(half, scale), 0.5)
+    if mode == "tf_half_pixel_for_nn":
+        return m.divide(half, scale)
+    # half_pixel_symmetric
+    offset = m.multiply(in_len / 2, m.subtract(1.0, m.divide(m.astype(out_len, "float64"), out_width)))
+    return m.subtract(m.add(offset, m.divide(half, scale)), 0.5)
+
+
+def _cubic_weights(m, r, a: float) -> list:
+    """The four cubic coefficients for the fractional offset ``r`` (taps -1, 0, 1, 2)."""
+    def poly(t, coeffs):
+        out = coeffs[0]
+        for c in coeffs[1:]:
+            out = m.add(m.multiply(out, t), c)
+        return out
+    s = m.subtract(1.0, r)
+    far = [a, -5 * a, 8 * a, -4 * a]  # a t^3 - 5a t^2 + 8a t - 4a, for 1 < t < 2
+    near = [a + 2, -(a + 3), 0.0, 1.0]  # (a + 2) t^3 - (a + 3) t^2 + 1, for t <= 1
+    return [poly(m.add(r, 1.0), far), poly(r, near), poly(s, near), poly(m.add(s, 1.0), far)]
+
+
+def _antialias_taps(m, frac, scale, n: int, mode: str, a: float):
+    """Antialiased taps: the kernel stretched by ``1 / min(scale, 1)``, normalised to sum 1. Every
+    tap it can reach is computed: with a constant scale ``support / scale``, with a run-time one
+    ``support * n`` input positions either side (the output has at least one element, so the
+    scale is at least ``1 / n``); the others get weight 0."""
+    support = 1 if mode == "linear" else 2
+    reach = support * n + 1 if m.runtime else math.ceil(support / min(float(scale), 1.0)) + 1
+    stretch = m.minimum(scale, 1.0)
+    offsets = list(range(-reach, reach + 1))
+    weights = []
+    for o in offsets:
+        d = m.abs(m.multiply(m.subtract(float(o), frac), stretch))
+        if mode == "linear":
+            w = m.maximum(m.subtract(1.0, d), 0.0)
         else:
-            x = y * (hi - lo) * (in_len - 1) / (out_width - 1)
-        x = x + lo * (in_len - 1)
-        extrapolated = (x < 0) | (x > in_len - 1)
-    elif mode == "pytorch_half_pixel":
-        x = np.full(out_len, -0.5) if out_width == 1 else (y + 0.5) / scale - 0.5
-    elif mode == "half_pixel":
-        x = (y + 0.5) / scale - 0.5
-    elif mode == "tf_half_pixel_for_nn":
-        x = (y + 0.5) / scale
-    else:  # half_pixel_symmetric
-        offset = in_len / 2 * (1 - out_len / out_width)
-        x = offset + (y + 0.5) / scale - 0.5
-    return x, extrapolated
+            d2 = m.multiply(d, d)
+            d3 = m.multiply(d2, d)
+            near = m.add(m.subtract(m.multiply(a + 2, d3), m.multiply(a + 3, d2)), 1.0)
+            far = m.subtract(m.add(m.subtract(m.multiply(a, d3), m.multiply(5 * a, d2)), m.multiply(8 * a, d)),
+                             4 * a)
+            w = m.where(m.less_equal(d, 1.0), near, m.where(m.less(d, 2.0), far, 0.0))
+        weights.append(w)
+    total = weights[0]
+    for w in weights[1:]:
+        total = m.add(total, w)
+    return offsets, [m.divide(w, total) for w in weights]
 
 
-def axis_weights(in_len: int, out_len: int, scale: float, get_coeffs, coord_mode: str, roi,
-                 exclude_outside: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """(indices [out, n] clamped into the input, weights [out, n], extrapolated mask or None)."""
-    x, extrapolated = _source_coords(coord_mode, out_len, in_len, scale, roi)
-    x_int = np.floor(x)
-    ratios = np.where(x == x_int, 1.0, x - x_int)
-    coeffs = np.stack([np.asarray(get_coeffs(float(r), scale), dtype=np.float64) for r in ratios])
-    n = coeffs.shape[1]
-    pad = math.ceil(n / 2)
-    xp = x + pad
-    p = np.floor(xp).astype(np.int64)
-    frac = xp - p
-    if n % 2 == 0:
-        offset = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+def _axis_taps(m, n: int, out_len, scale, roi, spec: dict):
+    """The sampling of one axis of ``n`` elements resized to ``out_len``: (indices per tap, clamped
+    into the axis; weights per tap, None for nearest; the extrapolated positions, or None)."""
+    y = m.arange(out_len, "float64")
+    src = _source_coords(m, spec["coord"], y, scale, n, out_len, roi)
+    extrapolated = None
+    if spec["coord"] == "tf_crop_and_resize":
+        extrapolated = m.logical_or(m.less(src, 0.0), m.greater(src, float(n - 1)))
+
+    def clamp(index):
+        return m.minimum(m.maximum(index, 0), n - 1)
+
+    if spec["mode"] == "nearest":
+        nearest_mode = spec["nearest_mode"]
+        if nearest_mode is None:  # Resize-10 / Upsample: floor when upsampling, ceil when downsampling
+            rounded = m.where(m.less(scale, 1.0), m.ceil(src), m.floor(src))
+        else:
+            rounded = {"round_prefer_floor": lambda: m.ceil(m.subtract(src, 0.5)),
+                       "round_prefer_ceil": lambda: m.floor(m.add(src, 0.5)),
+                       "floor": lambda: m.floor(src), "ceil": lambda: m.ceil(src)}[nearest_mode]()
+        return [clamp(m.astype(rounded, "int64"))], None, extrapolated
+    base = m.floor(src)
+    frac = m.subtract(src, base)
+    first = m.astype(base, "int64")
+    if spec["antialias"]:
+        offsets, weights = _antialias_taps(m, frac, scale, n, spec["mode"], spec["cubic_a"])
+    elif spec["mode"] == "linear":
+        offsets, weights = [0, 1], [m.subtract(1.0, frac), frac]
     else:
-        base = -((n - 1) // 2)
-        offset = np.where(frac <= 0.5, base, base + 1)
-    idx = (p + offset)[:, None] + np.arange(n)[None, :] - pad
-    if exclude_outside:
-        coeffs = np.where((idx < 0) | (idx >= in_len), 0.0, coeffs)
-        total = coeffs.sum(axis=-1, keepdims=True)
-        coeffs = coeffs / np.where(total == 0, 1.0, total)
-    return np.clip(idx, 0, in_len - 1), coeffs, extrapolated
+        offsets, weights = [-1, 0, 1, 2], _cubic_weights(m, frac, spec["cubic_a"])
+    index = [m.add(first, o) for o in offsets]
+    if spec["exclude_outside"]:
+        weights = [m.where(m.logical_and(m.greater_equal(i, 0), m.less(i, n)), w, 0.0)
+                   for i, w in zip(index, weights)]
+        total = weights[0]
+        for w in weights[1:]:
+            total = m.add(total, w)
+        total = m.where(m.equal(total, 0.0), 1.0, total)
+        weights = [m.divide(w, total) for w in weights]
+    return [clamp(i) for i in index], weights, extrapolated
 
 
-def _simple_nearest(in_len: int, out_len: int, scale: float) -> tuple[np.ndarray, np.ndarray, None]:
-    """Pre-opset-11 nearest: asymmetric, floor when upsampling, ceil when downsampling."""
-    x = np.arange(out_len, dtype=np.float64) / scale
-    idx = np.ceil(x) if scale < 1 else np.floor(x)
-    return np.clip(idx.astype(np.int64), 0, in_len - 1)[:, None], np.ones((out_len, 1)), None
-
-
-# --------------------------------------------------------------------------- graph
-
-
-def _resample_axis(bb: relax.BlockBuilder, x: relax.Expr, axis: int, idx: np.ndarray, w: np.ndarray,
-                   extrapolated: np.ndarray | None, extrapolation_value: float, work_dtype: str) -> relax.Expr:
-    """Resample ``x`` (already in ``work_dtype`` unless the weights are a pure selection)."""
-    rank = x.ty.ndim
-    shape = dims(x)
-    out_len = idx.shape[0]
-    keep = np.any(w != 0, axis=0)  # drop taps that are never used
+def _tables(index: list, weights: list | None):
+    """Constant taps as [out, taps] tables without the taps no row uses; weights None when every
+    row picks one element (a pure selection: ``index`` then [out, 1])."""
+    idx = np.stack(index, axis=1)
+    if weights is None:
+        return idx, None
+    w = np.stack(weights, axis=1)
+    keep = np.any(w != 0, axis=0)
     if not keep.any():
         keep[0] = True
     idx, w = idx[:, keep], w[:, keep]
     picks = (np.count_nonzero(w, axis=1) == 1) & (np.abs(w.sum(axis=1) - 1) == 0)
-    if picks.all():  # nearest: one exact gather
-        sel = idx[np.arange(out_len), np.argmax(w != 0, axis=1)]
-        y = bb.normalize(relax.op.take(x, relax.const(sel.astype(np.int64), "int64"), axis=axis))
+    if picks.all():
+        return idx[np.arange(len(idx)), np.argmax(w != 0, axis=1)][:, None], None
+    return idx, w
+
+
+def _resample_axis(ctx: ConvertContext, m, x: relax.Expr, axis: int, out_len, idx, w, extrapolated,
+                   extrapolation_value: float) -> relax.Expr:
+    """``x`` resampled along ``axis``: one gather of the [out, taps] indices ``idx``, then the
+    sum over taps weighted by ``w`` (None: a pure selection, one tap)."""
+    bb = ctx.bb
+    rank = x.ty.ndim
+    shape = dims(x)
+    taps = int(idx.shape[1]) if not m.runtime else len(idx)
+    if m.runtime:
+        idx = bb.normalize(relax.op.stack(idx, axis=1)) if taps > 1 else idx[0]
+        w = None if w is None else bb.normalize(relax.op.stack(w, axis=1))
+    if w is None and taps == 1:
+        y = bb.normalize(relax.op.take(x, m.table(m.reshape(idx, [out_len]), "int64"), axis=axis))
     else:
-        n = idx.shape[1]
-        gathered = bb.normalize(relax.op.take(x, relax.const(idx.reshape(-1).astype(np.int64), "int64"), axis=axis))
-        split = shape[:axis] + [out_len, n] + shape[axis + 1:]
-        gathered = bb.normalize(relax.op.reshape(gathered, split))
-        wshape = [out_len, n] + [1] * (rank - axis - 1)
-        weights = relax.const(w.reshape(wshape).astype(work_dtype), work_dtype)
+        flat = m.table(m.reshape(idx, [out_len * taps]), "int64")
+        gathered = bb.normalize(relax.op.take(x, flat, axis=axis))
+        split = shape[:axis] + [out_len, taps] + shape[axis + 1:]
+        gathered = bb.normalize(relax.op.reshape(gathered, relax.ShapeExpr(split)))
+        work = str(x.ty.dtype)
+        weights = m.table(m.reshape(w, [out_len, taps] + [1] * (rank - axis - 1)), work)
         y = bb.normalize(relax.op.sum(relax.op.multiply(gathered, weights), axis=axis + 1))
-    if extrapolated is not None and extrapolated.any():
-        mshape = [out_len] + [1] * (rank - axis - 1)
-        mask = relax.const(extrapolated.reshape(mshape), "bool")
-        fill = scalar(extrapolation_value, str(y.ty.dtype))
-        y = bb.normalize(relax.op.where(mask, fill, y))
+    if extrapolated is not None and (m.runtime or extrapolated.any()):
+        mask = m.table(m.reshape(extrapolated, [out_len] + [1] * (rank - axis - 1)), "bool")
+        y = bb.normalize(relax.op.where(mask, scalar(extrapolation_value, str(y.ty.dtype)), y))
     return y
 
 
@@ -236,28 +247,32 @@ def _work_dtype(dtype: str) -> str:
     return "float32"  # float16, bfloat16, small integers
 
 
-def resample(ctx: ConvertContext, x: relax.Expr, plan: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]],
-             out_shape: list[int], extrapolation_value: float = 0.0) -> relax.Expr:
-    """Apply per-axis (axis, indices, weights, extrapolated) resampling in order."""
+def resample(ctx: ConvertContext, m, x: relax.Expr, steps: list, out_shape: list, spec: dict) -> relax.Expr:
+    """Resample ``x`` along each of ``steps`` ``(axis, scale, out_len, roi)`` in order."""
     bb = ctx.bb
     dtype = str(x.ty.dtype)
     if any(isinstance(d, int) and d == 0 for d in out_shape):
         return relax.op.zeros(out_shape, dtype)
     if any(isinstance(d, int) and d == 0 for d in dims(x)):
         raise ctx.error(f"cannot resize an empty input of shape {dims(x)} to {out_shape}")
-    work = _work_dtype(dtype)
-    selection_only = all(((np.count_nonzero(w, axis=1) == 1) & (w.sum(axis=1) == 1)).all() for _, _, w, _ in plan)
+    plans = []
+    for axis, scale, out_len, roi in steps:
+        n = dims(x)[axis]
+        if m.runtime:
+            index, weights, extrapolated = _axis_taps(m, n, out_len, scale, roi, spec)
+        else:
+            with np.errstate(all="ignore"):
+                index, weights, extrapolated = _axis_taps(m, n, out_len, scale, roi, spec)
+            index, weights = _tables(index, weights)
+        plans.append((axis, out_len, index, weights, extrapolated))
+    selection_only = all(w is None for *_, w, _ in plans)
     y = x
-    if not selection_only and dtype != work:
-        y = bb.normalize(relax.op.astype(x, work))
-    for axis, idx, w, extrapolated in plan:
-        y = _resample_axis(bb, y, axis, idx, w, extrapolated, extrapolation_value, work)
-    if str(y.ty.dtype) != dtype:
-        if dtype in _INT_DTYPES:
-            info = np.iinfo(_INT_DTYPES[dtype])
-            y = relax.op.clip(relax.op.round(y), float(info.min), float(info.max))
-        y = relax.op.astype(y, dtype)
-    return y
+    if not selection_only and dtype != _work_dtype(dtype):
+        y = bb.normalize(relax.op.astype(x, _work_dtype(dtype)))
+    for axis, out_len, index, weights, extrapolated in plans:
+        y = _resample_axis(ctx, m, y, axis, out_len, index, weights, extrapolated,
+                           spec["extrapolation_value"])
+    return _cast_back(y, dtype)
 
 
 # --------------------------------------------------------------------------- Resize
@@ -302,6 +317,9 @@ def _resize(ctx: ConvertContext, inputs: list, attrs: Attrs):
         if len(set(axes)) != len(axes):
             raise ctx.error(f"axes={axes} has duplicates")
 
+    spec = {"mode": mode, "coord": coord, "nearest_mode": nearest_mode, "cubic_a": cubic_a,
+            "exclude_outside": exclude_outside, "extrapolation_value": extrapolation_value,
+            "antialias": antialias and mode != "nearest"}
     scales_e, sizes_e, roi_e = (e if _present(e) else None for e in (scales_e, sizes_e, roi_e))
     if coord != "tf_crop_and_resize" and not rv.is_runtime(scales_e) and not rv.is_runtime(sizes_e):
         axes, scales_e, sizes_e = _keep_symbolic_axes(ctx, in_shape, axes, scales_e, sizes_e, policy)
@@ -311,10 +329,7 @@ def _resize(ctx: ConvertContext, inputs: list, attrs: Attrs):
             or any(not isinstance(in_shape[a], int) for a in axes):
         if (scales_e is None) == (sizes_e is None):
             raise ctx.error("exactly one of the inputs 'scales' and 'sizes' must be given (non-empty)")
-        return _cast_back(resize_runtime(
-            ctx, x, axes, scales_e, sizes_e, roi_e, mode=mode, coord=coord, nearest_mode=nearest_mode,
-            cubic_a=cubic_a, exclude_outside=exclude_outside, extrapolation_value=extrapolation_value,
-            antialias=antialias, policy=policy, work_dtype=_run_dtype(str(x.ty.dtype), mode)), str(x.ty.dtype))
+        return _resize_runtime(ctx, x, axes, scales_e, sizes_e, roi_e, policy, spec)
     scales = const_value(ctx, scales_e, "scales")
     sizes = const_value(ctx, sizes_e, "sizes")
     roi = const_value(ctx, roi_e, "roi") if coord == "tf_crop_and_resize" else None
@@ -357,26 +372,56 @@ def _resize(ctx: ConvertContext, inputs: list, attrs: Attrs):
             for i, a in enumerate(axes):
                 full_roi[a] = (float(roi[i]), float(roi[len(axes) + i]))
 
-    if mode == "nearest":
-        get_coeffs = _nearest_coeffs(nearest_mode) if nearest_mode else None
-    elif mode == "linear":
-        get_coeffs = _linear_coeffs(antialias)
-    else:
-        get_coeffs = _cubic_coeffs(cubic_a, antialias)
-
-    plan = []
+    steps = []
     for a in axes:
         scale, n_in, n_out = full_scales[a], in_shape[a], out_shape[a]
         identity = (math.isclose(scale, 1.0) and (n_out is n_in or n_out == n_in)
                     and (full_roi is None or (math.isclose(full_roi[a][0], 0.0) and math.isclose(full_roi[a][1], 1.0))))
         if identity or n_out == 0 or n_in == 0:
             continue
-        if get_coeffs is None:
-            plan.append((a, *_simple_nearest(n_in, n_out, scale)))
+        steps.append((a, scale, n_out, None if full_roi is None else full_roi[a]))
+    return resample(ctx, NumpyMath(ctx), x, steps, out_shape, spec)
+
+
+def _vector(m, expr):
+    """A constant or run-time input as a float64 vector."""
+    if isinstance(expr, tvm.ir.GenericConst):
+        return expr.value.numpy().astype(np.float64).reshape(-1)
+    if isinstance(expr, relax.ShapeExpr):
+        return np.array([int(v) for v in expr.values], np.float64)
+    return m.astype(m.reshape(expr, [-1]), "float64")
+
+
+def _resize_runtime(ctx: ConvertContext, x: relax.Expr, axes: list[int], scales_e, sizes_e, roi_e,
+                    policy: str, spec: dict) -> relax.Expr:
+    """Resize with scales, sizes or roi known at run time: the output lengths (fresh symbolic
+    dims) computed by the graph as the constant path does in Python, then the same sampling."""
+    bb = ctx.bb
+    m = RelaxMath(ctx)
+    in_len = np.array([_dims(x)[a] for a in axes], np.float64)
+    if scales_e is not None:
+        scales = _vector(m, scales_e)
+        lengths = m.floor(m.multiply(scales, in_len))
+    else:
+        sizes = _vector(m, sizes_e)
+        ratios = m.divide(sizes, in_len)
+        if policy == "stretch":
+            scales, lengths = ratios, sizes
         else:
-            plan.append((a, *axis_weights(n_in, n_out, scale, get_coeffs, coord,
-                                          None if full_roi is None else full_roi[a], exclude_outside)))
-    return resample(ctx, x, plan, out_shape, extrapolation_value)
+            pick = relax.op.min if policy == "not_larger" else relax.op.max
+            one = bb.normalize(pick(ratios, axis=0, keepdims=True))
+            scales = bb.normalize(relax.op.broadcast_to(one, [len(axes)]))
+            lengths = m.floor(m.add(m.multiply(scales, in_len), 0.5))
+    lengths = m.astype(lengths, "int64")
+    roi = None
+    if spec["coord"] == "tf_crop_and_resize":
+        roi = _vector(m, roi_e) if roi_e is not None else np.array([0.0] * len(axes) + [1.0] * len(axes))
+    steps, out_shape = [], list(dims(x))
+    for i, a in enumerate(axes):
+        out_shape[a] = rv.scalar_var(bb, m.element(lengths, i), "resized")
+        bounds = None if roi is None else (m.element(roi, i), m.element(roi, len(axes) + i))
+        steps.append((a, m.element(scales, i), out_shape[a], bounds))
+    return resample(ctx, m, x, steps, out_shape, spec)
 
 
 def _keep_symbolic_axes(ctx: ConvertContext, in_shape: list, axes: list[int], scales_e, sizes_e, policy: str):
@@ -415,11 +460,6 @@ def _present(expr) -> bool:
                 and any(isinstance(d, tvm.tirx.IntImm) and int(d) == 0 for d in shape.values))
 
 
-def _run_dtype(dtype: str, mode: str) -> str:
-    """The dtype run-time resampling computes in: the input's for nearest (a pure selection)."""
-    return dtype if mode == "nearest" else _work_dtype(dtype)
-
-
 def _cast_back(y: relax.Expr, dtype: str) -> relax.Expr:
     """``y`` in ``dtype``, integers rounded and saturated like the reference."""
     if str(y.ty.dtype) == dtype:
@@ -441,12 +481,10 @@ def resize_converter(ctx: ConvertContext, inputs: list, attrs: Attrs):
 
 def _upsample(ctx: ConvertContext, x: relax.Expr, scales, mode: str):
     rank = x.ty.ndim
+    spec = {"mode": mode, "coord": "asymmetric", "nearest_mode": None, "cubic_a": -0.75,
+            "exclude_outside": False, "extrapolation_value": 0.0, "antialias": False}
     if rv.is_runtime(scales):
-        dtype = str(x.ty.dtype)
-        return _cast_back(resize_runtime(
-            ctx, x, list(range(rank)), scales, None, None, mode=mode, coord="asymmetric", nearest_mode=None,
-            cubic_a=-0.75, exclude_outside=False, extrapolation_value=0.0, antialias=False, policy="stretch",
-            work_dtype=_run_dtype(dtype, mode)), dtype)
+        return _resize_runtime(ctx, x, list(range(rank)), scales, None, None, "stretch", spec)
     in_shape = _dims(x)
     scales = np.asarray(scales, dtype=np.float64).reshape(-1)
     if scales.size != rank:
@@ -454,16 +492,8 @@ def _upsample(ctx: ConvertContext, x: relax.Expr, scales, mode: str):
     if (scales < 1).any():
         raise ctx.error(f"scales must be >= 1, got {scales.tolist()}")
     out_shape = [int(s * d) for s, d in zip(scales, in_shape)]
-    plan = []
-    for a in range(rank):
-        if scales[a] == 1 or in_shape[a] == 0:
-            continue
-        if mode == "nearest":
-            plan.append((a, *_simple_nearest(in_shape[a], out_shape[a], float(scales[a]))))
-        else:
-            plan.append((a, *axis_weights(in_shape[a], out_shape[a], float(scales[a]), _linear_coeffs(False),
-                                          "asymmetric", None, False)))
-    return resample(ctx, x, plan, out_shape)
+    steps = [(a, float(scales[a]), out_shape[a], None) for a in range(rank) if scales[a] != 1 and in_shape[a]]
+    return resample(ctx, NumpyMath(ctx), x, steps, out_shape, spec)
 
 
 @converter("Upsample", since=7)

@@ -1,12 +1,19 @@
-"""Split (opsets 13, 18) with the ``split`` sizes given at run time.
+"""Split (opsets 13, 18) with the ``split`` sizes given at run time, or constant sizes of an
+axis whose extent is symbolic.
 
 TVM's converter needs constant sizes; those nodes are left to it. Run-time sizes become fresh
 symbolic dims (``runtime_values.shape_vars``) and each output is a ``strided_slice`` from the
-running sum of the sizes before it.
+running sum of the sizes before it. Constant sizes of a symbolic axis (a mixture-of-experts
+layer splits ``NonZero``'s rows, one per expert hit when traced): TVM gives the last part the
+extent ``axis - offset``, not its size, and a later Squeeze of it fails; here the axis is cast to
+the sizes' sum (ONNX requires they match; the VM checks it when it runs), so every part has its
+static size.
 """
 
 from __future__ import annotations
 
+import numpy as np
+import tvm
 from tvm import relax, tirx
 
 from .. import runtime_values as rv
@@ -16,6 +23,8 @@ from ..shapes import dims
 
 def _split(ctx: ConvertContext, inputs: list, attrs: Attrs):
     x, sizes = inputs[0], inputs[1] if len(inputs) > 1 else None
+    if isinstance(sizes, tvm.ir.GenericConst):
+        return _constant_sizes(ctx, x, sizes.value.numpy(), attrs)
     if not rv.is_runtime(sizes) or 0 in dims(sizes):
         return NotImplemented
     rank = x.ty.ndim
@@ -28,6 +37,25 @@ def _split(ctx: ConvertContext, inputs: list, attrs: Attrs):
         parts.append(ctx.bb.normalize(part))
         begin = begin + size
     return relax.Tuple(parts)
+
+
+def _constant_sizes(ctx: ConvertContext, x: relax.Expr, sizes, attrs: Attrs):
+    """Constant ``sizes`` along a symbolic axis: the axis cast to their sum, then split."""
+    if sizes.ndim != 1 or not len(sizes) or not hasattr(x.ty.shape, "values"):
+        return NotImplemented
+    rank = x.ty.ndim
+    axis = int(attrs.get("axis", 0))
+    axis = axis + rank if axis < 0 else axis
+    attrs.get("num_outputs")  # implied by the sizes' length
+    shape = list(x.ty.shape.values)
+    if not 0 <= axis < rank or isinstance(shape[axis], tirx.IntImm) or (sizes < 0).any():
+        return NotImplemented  # a static axis (or a bad node): TVM's converter and its checks
+    shape[axis] = tirx.IntImm("int64", int(sizes.sum()))
+    x = x if isinstance(x, relax.Var) else ctx.bb.emit(x)
+    x = ctx.bb.match_cast(x, relax.TensorType(shape, x.ty.dtype))  # checked by the VM at run time
+    if len(sizes) == 1:
+        return relax.Tuple([x])
+    return relax.op.split(x, np.cumsum(sizes[:-1]).tolist(), axis)
 
 
 @converter("Split", since=13)

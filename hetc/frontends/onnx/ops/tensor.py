@@ -15,21 +15,26 @@ ignores negative indices; it has no CenterCropPad. hetc's converters:
 
 ``pads``, ``axes``, ``depth`` and ``shape`` decide the output shape. Constants (initializers,
 folded values, inputs frozen with ``constant_inputs=``) give static shapes; inputs known only
-at run time give fresh symbolic dims (``pad_dynamic`` for Pad and CenterCropPad, a symbolic
-``depth`` for OneHot).
+at run time give fresh symbolic dims (a symbolic ``depth`` for OneHot). Pad and CenterCropPad
+then gather every axis (``gather_pad_axis``): output position ``o`` reads input position
+``o - before``, mapped by the mode (``constant`` masks what falls outside with the pad value,
+``edge`` clamps, ``reflect`` folds with period ``2 (n - 1)``, ``wrap`` takes it modulo ``n``), the
+output length ``n + before + after`` a fresh symbolic dim; negative widths crop the same way.
+The index formula (``_source_index``) is the one the static ``edge``/``reflect``/``wrap`` pads
+use, evaluated there in numpy to a constant table (``hetc.frontends.onnx.tables``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 
 from .. import runtime_values as rv
 from ..registry import Attrs, ConvertContext, converter
 from ..shapes import dims as _any_dims
 from ..shapes import static_dims as _dims
-from .pad_dynamic import center_crop_pad_runtime, pad_runtime
+from ..tables import NumpyMath, RelaxMath
 from .resize import const_value, scalar
 
 
@@ -60,14 +65,80 @@ def _pad_constant(bb, x: relax.Expr, axis: int, before: int, after: int, value: 
     return bb.normalize(relax.op.concat(parts, axis=axis)) if len(parts) > 1 else x
 
 
-def _pad_gather(ctx: ConvertContext, x: relax.Expr, axis: int, before: int, after: int, mode: str) -> relax.Expr:
-    n = _any_dims(x)[axis]
+def _source_index(m, pos, n, mode: str):
+    """The position in an axis of ``n`` elements that each padded position ``pos`` (output
+    index - before) reads: clamped (``edge``; ``constant`` masks it after), modulo ``n``
+    (``wrap``) or folded with period ``2 (n - 1)`` (``reflect``), as ``numpy.pad``."""
+    if mode in ("constant", "edge"):
+        return m.minimum(m.maximum(pos, 0), m.maximum(m.subtract(n, 1), 0))
+    if mode == "wrap":
+        return m.floor_mod(pos, m.maximum(n, 1))
+    period = m.maximum(m.multiply(m.subtract(n, 1), 2), 1)  # 1 for one element: always position 0
+    folded = m.floor_mod(pos, period)
+    return m.where(m.less(folded, n), folded, m.subtract(period, folded))
+
+
+def gather_pad_axis(ctx: ConvertContext, m, x: relax.Expr, axis: int, before, after, mode: str,
+                    value: relax.Expr | None) -> relax.Expr:
+    """``x`` padded along ``axis`` by ``before``/``after`` (ints with ``NumpyMath``, PrimExprs
+    known at run time with ``RelaxMath``); negative widths crop first, as ``pad_tensor`` does."""
+    bb = ctx.bb
+    n = _any_dims(x)[axis]  # static: the axes before it may already have run-time lengths
     if not isinstance(n, int):
         raise ctx.error(f"mode={mode!r} pads axis {axis}, whose size {n} is symbolic; bind it with --input-shape")
+    out_len = n + before + after
+    if n == 0:
+        if value is None:
+            raise ctx.error(f"mode={mode!r} cannot pad axis {axis}, which is empty")
+        full = list(_any_dims(x))
+        full[axis] = out_len
+        return bb.normalize(relax.op.broadcast_to(value, relax.ShapeExpr(full)))
+    pos = m.subtract(m.arange(out_len), before)
+    if mode == "constant":  # what a crop removes is never read
+        src = _source_index(m, pos, n, mode)
+    else:  # pad what is left of the axis once negative widths have cropped it
+        lo, hi = m.maximum(m.multiply(before, -1), 0), m.maximum(m.multiply(after, -1), 0)
+        kept = m.subtract(m.subtract(n, lo), hi)
+        src = m.add(_source_index(m, m.subtract(pos, lo), kept, mode), lo)
+    y = bb.normalize(relax.op.take(x, m.table(src, "int64"), axis=axis))
+    if mode != "constant":
+        return y
+    inside = m.logical_and(m.greater_equal(pos, 0), m.less(pos, n))
+    inside = m.table(m.reshape(inside, [out_len] + [1] * (x.ty.ndim - axis - 1)))
+    return bb.normalize(relax.op.where(inside, y, value))
+
+
+def _pad_gather(ctx: ConvertContext, x: relax.Expr, axis: int, before: int, after: int,
+                mode: str) -> relax.Expr:
+    n = _any_dims(x)[axis]
     if n == 0:
         raise ctx.error(f"mode={mode!r} cannot pad axis {axis}, which is empty")
-    idx = np.pad(np.arange(n, dtype=np.int64), (before, after), mode=mode)
-    return ctx.bb.normalize(relax.op.take(x, relax.const(idx, "int64"), axis=axis))
+    return gather_pad_axis(ctx, NumpyMath(ctx), x, axis, before, after, mode, None)
+
+
+def _pad_runtime(ctx: ConvertContext, x: relax.Expr, pads: relax.Expr, axes, mode: str,
+                 value: relax.Expr | None) -> relax.Expr:
+    """Pad with a run-time ``pads`` vector (``[begin..., end...]`` over ``axes``: a list of ints,
+    or a run-time tensor): every axis gathered, since which ones the widths leave unchanged is data."""
+    bb = ctx.bb
+    m = RelaxMath(ctx)
+    rank = x.ty.ndim
+    pads = m.astype(pads, "int64")
+    count = _dims(pads)[0] // 2
+    if isinstance(axes, list):
+        which = np.zeros((count, rank), np.int64)
+        which[np.arange(count), axes] = 1
+    else:  # run-time axes: a one-hot [count, rank] of the (wrapped) axes
+        axes = m.astype(m.reshape(axes, [count, 1]), "int64")
+        axes = m.where(m.less(axes, 0), m.add(axes, rank), axes)
+        which = m.astype(m.equal(axes, np.arange(rank).reshape(1, rank)), "int64")
+    halves = m.reshape(pads, [2, count, 1])
+    widths = bb.normalize(relax.op.sum(m.multiply(halves, which), axis=1))  # [2, rank]
+    values = m.dims(m.reshape(widths, [2 * rank]), "pad")
+    shape = _dims(x)
+    for axis in range(rank):
+        x = gather_pad_axis(ctx, m, x, axis, values[axis], values[rank + axis], mode, value)
+    return x
 
 
 def pad_tensor(ctx: ConvertContext, x: relax.Expr, widths: list[tuple[int, int]], mode: str,
@@ -153,7 +224,7 @@ def _pad(ctx: ConvertContext, inputs: list, attrs: Attrs):
             value = _value_scalar(ctx, inputs[2], dtype) if mode == "constant" else None
             axes = axes_in if rv.is_runtime(axes_in) else list(range(rank)) if axes_in is None else _norm_axes(
                 ctx, const_value(ctx, axes_in, "axes"), rank, "axes")
-            return pad_runtime(ctx, x, inputs[1], axes, mode, value)
+            return _pad_runtime(ctx, x, inputs[1], axes, mode, value)
         pads = const_value(ctx, inputs[1], "pads")
         if pads is None:
             pads = np.zeros(0, np.int64)
@@ -239,8 +310,13 @@ def center_crop_pad(ctx: ConvertContext, inputs: list, attrs: Attrs):
     shape = _dims(x)
     axes_attr = attrs.get("axes", None)
     axes = list(range(rank)) if axes_attr is None else _norm_axes(ctx, axes_attr, rank, "axes")
-    if rv.is_runtime(inputs[1]):
-        return center_crop_pad_runtime(ctx, x, inputs[1], axes)
+    if rv.is_runtime(inputs[1]):  # a centred crop or zero pad (the odd element at the end) to run-time sizes
+        m = RelaxMath(ctx)
+        zero = scalar(0, str(x.ty.dtype))
+        for axis, size in zip(axes, m.dims(inputs[1], "crop")):
+            before = tirx.truncdiv(size - shape[axis], 2)
+            x = gather_pad_axis(ctx, m, x, axis, before, size - shape[axis] - before, "constant", zero)
+        return x
     target = const_value(ctx, inputs[1], "shape")
     target = np.zeros(0, np.int64) if target is None else target.astype(np.int64).reshape(-1)
     if target.size != len(axes):

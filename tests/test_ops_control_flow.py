@@ -1,0 +1,399 @@
+"""If, Loop, Scan and SequenceMap (ops/control_flow.py): handwritten models vs onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_close, ort_run
+from onnx import TensorProto, helper
+from onnx_util import make, tensor
+from tvm import relax
+
+import hetc
+from hetc.errors import ConversionError
+from hetc.frontends.onnx import load_model, to_relax
+
+F32, I64, BOOL = np.float32, np.int64, np.bool_
+
+
+def _check(model, feeds_list, rel=1e-5, **kwargs):
+    """Compile once, run every feed dict, compare each output with onnxruntime."""
+    compiled = hetc.compile(model, **kwargs)
+    for feeds in feeds_list:
+        expected = ort_run(model, feeds)
+        got = list(compiled.run(feeds).values())
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected, strict=True):
+            assert_close(np.asarray(g), e, rel=rel)
+    return compiled
+
+
+def _functions(model) -> list[str]:
+    return [gv.name_hint for gv, _ in to_relax(load_model(model)).functions_items()]
+
+
+def _graph(nodes, inputs, outputs, inits=None, name="body"):
+    from onnx import numpy_helper
+    return helper.make_graph(nodes, name, inputs, outputs,
+                             [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+
+
+def _scalar(name, dtype):
+    return tensor(name, [], dtype)
+
+
+# --- Loop -------------------------------------------------------------------------------------
+
+def _accumulate_loop(trip: str, cond: str, cond_out_node, opset=17):
+    """y_{i+1} = y_i * 0.5 + w + i  (w from the outer scope), scan output y_{i+1}."""
+    body = _graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["y_in", "half"], ["h"]),
+         helper.make_node("Add", ["h", "w"], ["hw"]),
+         helper.make_node("Add", ["hw", "fi"], ["y_out"]),
+         helper.make_node("Identity", ["y_out"], ["scan"]),
+         cond_out_node],
+        [_scalar("i", I64), _scalar("c_in", BOOL), tensor("y_in", ["n", 3])],
+        [_scalar("c_out", BOOL), tensor("y_out", ["n", 3]), tensor("scan", ["n", 3])],
+        {"half": np.array(0.5, F32)})
+    node = helper.make_node("Loop", [trip, cond, "y0"], ["y", "ys"], body=body)
+    inputs = [tensor("y0", ["n", 3]), tensor("w", ["n", 3])]
+    inputs += [_scalar(n, d) for n, d in ((trip, I64), (cond, BOOL)) if n and n not in ("M_const",)]
+    return make([node], inputs, [tensor("y", ["n", 3]), tensor("ys", ["k", "n", 3])], opset=opset,
+                initializers={"M_const": np.array(4, I64)} if trip == "M_const" else None)
+
+
+def test_loop_symbolic_trip_count_outer_scope_and_scan_output():
+    model = _accumulate_loop("M", "c", helper.make_node("Identity", ["c_in"], ["c_out"]))
+    rng = np.random.default_rng(0)
+    feeds = [{"y0": rng.normal(size=(n, 3)).astype(F32), "w": rng.normal(size=(n, 3)).astype(F32),
+              "M": np.array(m, I64), "c": np.array(True)} for n, m in ((2, 5), (4, 1), (3, 9))]
+    compiled = _check(model, feeds)
+    # cond false: the body never runs (onnxruntime gives the empty scan output shape [0, 0, 3])
+    y, ys = compiled.run({**feeds[0], "c": np.array(False)}).values()
+    assert_close(y, feeds[0]["y0"])
+    assert ys.shape == (0, 2, 3)
+    assert any(name.endswith("_loop0") for name in _functions(model))  # a run-time trip count: recursion
+
+
+def test_loop_constant_trip_count_is_unrolled():
+    model = _accumulate_loop("M_const", "", helper.make_node("Identity", ["c_in"], ["c_out"]))
+    rng = np.random.default_rng(1)
+    _check(model, [{"y0": rng.normal(size=(2, 3)).astype(F32), "w": rng.normal(size=(2, 3)).astype(F32)}])
+    assert not any("_loop" in name for name in _functions(model))
+
+
+def test_loop_while_condition_ends_it():
+    """No trip count: the body's condition (sum(y) < 50) ends the loop, after a number of
+    iterations only the run knows."""
+    body = _graph(
+        [helper.make_node("Mul", ["y_in", "two"], ["y_out"]),
+         helper.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "limit"], ["c_out"]),
+         helper.make_node("Identity", ["y_out"], ["scan"])],
+        [_scalar("i", I64), _scalar("c_in", BOOL), tensor("y_in", [2])],
+        [_scalar("c_out", BOOL), tensor("y_out", [2]), tensor("scan", [2])],
+        {"two": np.array(2.0, F32), "limit": np.array(50.0, F32)})
+    model = make([helper.make_node("Loop", ["", "c", "y0"], ["y", "ys"], body=body)],
+                 [_scalar("c", BOOL), tensor("y0", [2])], [tensor("y", [2]), tensor("ys", ["k", 2])])
+    _check(model, [{"c": np.array(True), "y0": np.array(v, F32)} for v in ([0.5, 0.25], [3, 4], [40, 20])])
+
+
+def test_loop_carried_value_that_grows():
+    """The carried tensor gets one element more each iteration (its shape is not loop-invariant)."""
+    body = _graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("Unsqueeze", ["fi", "zero"], ["fi1"]),
+         helper.make_node("Concat", ["v_in", "fi1"], ["v_out"], axis=0),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        [_scalar("i", I64), _scalar("c_in", BOOL), tensor("v_in", [None])],
+        [_scalar("c_out", BOOL), tensor("v_out", [None])], {"zero": np.array([0], I64)})
+    model = make([helper.make_node("Loop", ["M", "", "v0"], ["v"], body=body)],
+                 [_scalar("M", I64), tensor("v0", [2])], [tensor("v", [None])])
+    _check(model, [{"M": np.array(m, I64), "v0": np.array([7, 8], F32)} for m in (3, 20)])
+
+
+@pytest.mark.parametrize("m", [0, 1, 50000])
+def test_loop_many_iterations(m):
+    """Far more iterations than the VM's recursion could take in one chain (about 3000)."""
+    body = _graph([helper.make_node("Add", ["s_in", "one"], ["s_out"]),
+                   helper.make_node("Identity", ["c_in"], ["c_out"])],
+                  [_scalar("i", I64), _scalar("c_in", BOOL), tensor("s_in", [1])],
+                  [_scalar("c_out", BOOL), tensor("s_out", [1])], {"one": np.array([1.0], F32)})
+    model = make([helper.make_node("Loop", ["M", "", "s0"], ["s"], body=body)],
+                 [_scalar("M", I64), tensor("s0", [1])], [tensor("s", [1])])
+    out = hetc.compile(model).run({"M": np.array(m, I64), "s0": np.zeros(1, F32)})["s"]
+    assert out.tolist() == [float(m)]
+
+
+def test_loop_body_with_if_and_nested_loop():
+    """Even iterations add x, odd ones run an inner Loop (x's row count times) that doubles."""
+    inner = _graph([helper.make_node("Mul", ["t_in", "two"], ["t_out"]),
+                    helper.make_node("Identity", ["ci"], ["co"])],
+                   [_scalar("j", I64), _scalar("ci", BOOL), tensor("t_in", ["n", 2])],
+                   [_scalar("co", BOOL), tensor("t_out", ["n", 2])], name="inner")
+    then = _graph([helper.make_node("Add", ["y_in", "x"], ["a"])], [], [tensor("a", ["n", 2])], name="then")
+    other = _graph([helper.make_node("Shape", ["x"], ["shp"], end=1),
+                    helper.make_node("Squeeze", ["shp"], ["rows"]),
+                    helper.make_node("Loop", ["rows", "", "y_in"], ["b"], body=inner)],
+                   [], [tensor("b", ["n", 2])], name="else")
+    body = _graph([helper.make_node("Mod", ["i", "two_i"], ["r"]),
+                   helper.make_node("Equal", ["r", "zero_i"], ["even"]),
+                   helper.make_node("If", ["even"], ["y_out"], then_branch=then, else_branch=other),
+                   helper.make_node("Identity", ["c_in"], ["c_out"])],
+                  [_scalar("i", I64), _scalar("c_in", BOOL), tensor("y_in", ["n", 2])],
+                  [_scalar("c_out", BOOL), tensor("y_out", ["n", 2])],
+                  {"two_i": np.array(2, I64), "zero_i": np.array(0, I64), "two": np.array(2.0, F32)})
+    model = make([helper.make_node("Loop", ["M", "", "x"], ["y"], body=body)],
+                 [_scalar("M", I64), tensor("x", ["n", 2])], [tensor("y", ["n", 2])])
+    rng = np.random.default_rng(2)
+    _check(model, [{"M": np.array(m, I64), "x": rng.normal(size=(n, 2)).astype(F32)}
+                   for m, n in ((5, 2), (4, 3))])
+
+
+def test_loop_carried_sequence_with_constant_trip_count():
+    body = _graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["x", "fi"], ["xi"]),
+         helper.make_node("SequenceInsert", ["seq_in", "xi"], ["seq_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        [_scalar("i", I64), _scalar("c_in", BOOL),
+         helper.make_tensor_sequence_value_info("seq_in", TensorProto.FLOAT, [3])],
+        [_scalar("c_out", BOOL), helper.make_tensor_sequence_value_info("seq_out", TensorProto.FLOAT, [3])])
+    nodes = [helper.make_node("SequenceEmpty", [], ["empty"], dtype=TensorProto.FLOAT),
+             helper.make_node("Loop", ["M", "", "empty"], ["seq"], body=body),
+             helper.make_node("ConcatFromSequence", ["seq"], ["y"], axis=0)]
+    model = make(nodes, [tensor("x", [3])], [tensor("y", [9])], {"M": np.array(3, I64)})
+    _check(model, [{"x": np.array([1, 2, 3], F32)}])
+
+
+def test_loop_carried_sequence_with_run_time_trip_count_is_refused():
+    body = _graph([helper.make_node("SequenceInsert", ["seq_in", "x"], ["seq_out"]),
+                   helper.make_node("Identity", ["c_in"], ["c_out"])],
+                  [_scalar("i", I64), _scalar("c_in", BOOL),
+                   helper.make_tensor_sequence_value_info("seq_in", TensorProto.FLOAT, [3])],
+                  [_scalar("c_out", BOOL),
+                   helper.make_tensor_sequence_value_info("seq_out", TensorProto.FLOAT, [3])])
+    nodes = [helper.make_node("SequenceEmpty", [], ["empty"], dtype=TensorProto.FLOAT),
+             helper.make_node("Loop", ["M", "", "empty"], ["seq"], body=body, name="grow"),
+             helper.make_node("ConcatFromSequence", ["seq"], ["y"], axis=0)]
+    model = make(nodes, [tensor("x", [3]), _scalar("M", I64)], [tensor("y", [None])])
+    with pytest.raises(ConversionError, match=r"node 'grow' \(Loop\): loop-carried value 0 is not a tensor"):
+        hetc.compile(model)
+
+
+# --- If ---------------------------------------------------------------------------------------
+
+def test_if_runs_only_the_taken_branch():
+    """The then branch reshapes x to a run-time shape that is wrong when cond is false, as
+    onnxruntime never runs it then; computing both branches would fail."""
+    then = _graph([helper.make_node("Reshape", ["x", "shape"], ["r"]),
+                   helper.make_node("ReduceSum", ["r", "axis1"], ["s"], keepdims=0)],
+                  [], [tensor("s", [None])],
+                  {"axis1": np.array([1], I64)}, name="then")
+    other = _graph([helper.make_node("ReduceSum", ["x", "axis1b"], ["s2"], keepdims=0)],
+                   [], [tensor("s2", [None])],
+                   {"axis1b": np.array([1], I64)}, name="else")
+    model = make([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                 [_scalar("c", BOOL), tensor("x", [2, 6]), tensor("shape", [2], I64)], [tensor("y", [None])])
+    x = np.arange(12, dtype=F32).reshape(2, 6)
+    _check(model, [{"c": np.array(True), "x": x, "shape": np.array([3, 4], I64)},
+                   {"c": np.array(False), "x": x, "shape": np.array([5, 5], I64)}])
+
+
+def test_if_branches_with_symbolic_shapes_both_run():
+    """Both branches allocate intermediates of a symbolic size (TVM's memory planner, given them
+    as branches of one function, hands the else branch storage only the then branch allocates)."""
+    def branch(name, op):
+        return _graph([helper.make_node("Add", ["x", f"{name}_k"], [f"{name}_a"]),
+                       helper.make_node(op, [f"{name}_a", f"{name}_a"], [f"{name}_b"]),
+                       helper.make_node("Relu", [f"{name}_b"], [f"{name}_r"]),
+                       helper.make_node("Concat", [f"{name}_r", f"{name}_a"], [f"{name}_y"], axis=0)],
+                      [], [tensor(f"{name}_y", [None, 4])], {f"{name}_k": np.array(1.5, F32)}, name=name)
+
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("t", "Mul"),
+                            else_branch=branch("e", "Sub"))
+    model = make([node],
+                 [_scalar("c", BOOL), tensor("x", ["n", 4])], [tensor("y", [None, 4])])
+    x = np.random.default_rng(7).normal(size=(3, 4)).astype(F32)
+    _check(model, [{"c": np.array(v), "x": x} for v in (True, False, True)])
+
+
+def test_if_with_constant_condition_converts_one_branch():
+    then = _graph([helper.make_node("Add", ["x", "x"], ["a"])], [], [tensor("a", [2])], name="then")
+    other = _graph([helper.make_node("Neg", ["x"], ["b"])], [], [tensor("b", [2])], name="else")
+    model = make([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                 [tensor("x", [2])], [tensor("y", [2])], {"c": np.array([True])})
+    _check(model, [{"x": np.array([1, 2], F32)}])
+    ifs = []
+    relax.analysis.post_order_visit(to_relax(load_model(model))["main"],
+                                    lambda e: ifs.append(e) if isinstance(e, relax.If) else None)
+    assert not ifs
+
+
+def test_if_with_sequence_output_inside_the_graph():
+    then = _graph([helper.make_node("SequenceConstruct", ["x", "x"], ["s"])], [],
+                  [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])], name="then")
+    other = _graph([helper.make_node("Neg", ["x"], ["nx"]),
+                    helper.make_node("SequenceConstruct", ["nx", "x"], ["t"])],
+                   [], [helper.make_tensor_sequence_value_info("t", TensorProto.FLOAT, [2])], name="else")
+    nodes = [helper.make_node("If", ["c"], ["seq"], then_branch=then, else_branch=other),
+             helper.make_node("ConcatFromSequence", ["seq"], ["y"], axis=0)]
+    model = make(nodes, [_scalar("c", BOOL), tensor("x", [2])], [tensor("y", [4])])
+    _check(model, [{"c": np.array(v), "x": np.array([1, 2], F32)} for v in (True, False)])
+
+
+# --- Scan -------------------------------------------------------------------------------------
+
+def _cumsum_scan(length, opset=16, reverse=False):
+    """Running sum of x's rows along axis 1 (reversed), plus the running product of a second
+    input, outputs stacked along axis 1 (reversed)."""
+    body = _graph([helper.make_node("Add", ["s_in", "xs"], ["s_out"]),
+                   helper.make_node("Mul", ["s_out", "zs"], ["p"]),
+                   helper.make_node("Add", ["p", "w"], ["e"])],
+                  [tensor("s_in", [2]), tensor("xs", [2]), tensor("zs", [2])],
+                  [tensor("s_out", [2]), tensor("e", [2])])
+    rev = 1 if reverse else 0
+    node = helper.make_node("Scan", ["s0", "x", "z"], ["s", "ys"], body=body, num_scan_inputs=2,
+                            scan_input_axes=[1, 0], scan_input_directions=[rev, 0],
+                            scan_output_axes=[-1], scan_output_directions=[rev])
+    inputs = [tensor("s0", [2]), tensor("x", [2, length]), tensor("z", [length, 2]), tensor("w", [2])]
+    return make([node], inputs, [tensor("s", [2]), tensor("ys", [2, length])], opset=opset)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("length", [5, "t"])
+def test_scan_axes_and_directions(length, reverse):
+    model = _cumsum_scan(length, reverse=reverse)
+    rng = np.random.default_rng(3)
+    sizes = [5] if length == 5 else [5, 1, 30]
+    feeds = [{"s0": rng.normal(size=2).astype(F32), "x": rng.normal(size=(2, t)).astype(F32),
+              "z": rng.normal(size=(t, 2)).astype(F32), "w": rng.normal(size=2).astype(F32)} for t in sizes]
+    _check(model, feeds)
+    assert any("_loop" in name for name in _functions(model)) == (length == "t")
+
+
+def test_scan_opset8_batch():
+    body = _graph([helper.make_node("Add", ["s_in", "xs"], ["s_out"]),
+                   helper.make_node("Identity", ["s_out"], ["e"])],
+                  [tensor("s_in", [2]), tensor("xs", [2])], [tensor("s_out", [2]), tensor("e", [2])])
+    node = helper.make_node("Scan", ["", "s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1,
+                            directions=[1])
+    model = make([node], [tensor("s0", [3, 2]), tensor("x", [3, 4, 2])],
+                 [tensor("s", [3, 2]), tensor("ys", [3, 4, 2])],
+                 opset=8)
+    rng = np.random.default_rng(4)
+    _check(model, [{"s0": rng.normal(size=(3, 2)).astype(F32), "x": rng.normal(size=(3, 4, 2)).astype(F32)}])
+
+
+def test_scan_opset8_sequence_lens_is_refused():
+    body = _graph([helper.make_node("Add", ["s_in", "xs"], ["s_out"])],
+                  [tensor("s_in", [2]), tensor("xs", [2])], [tensor("s_out", [2])])
+    node = helper.make_node("Scan", ["lens", "s0", "x"], ["s"], body=body, num_scan_inputs=1, name="sc")
+    model = make([node], [tensor("lens", [1], I64), tensor("s0", [1, 2]), tensor("x", [1, 4, 2])],
+                 [tensor("s", [1, 2])], opset=8)
+    with pytest.raises(ConversionError, match=r"node 'sc' \(Scan\): input sequence_lens is not supported"):
+        hetc.compile(model)
+
+
+# --- SequenceMap ------------------------------------------------------------------------------
+
+def test_sequence_map_over_a_split():
+    body = _graph([helper.make_node("Mul", ["a", "b"], ["p"]), helper.make_node("Add", ["p", "bias"], ["q"]),
+                   helper.make_node("Shape", ["a"], ["sh"])],
+                  [tensor("a", [None, 3]), tensor("b", [3])],
+                  [tensor("q", [None, 3]), tensor("sh", [2], I64)])
+    nodes = [helper.make_node("SplitToSequence", ["x", "parts"], ["seq"], axis=0),
+             helper.make_node("SequenceMap", ["seq", "v"], ["out", "shapes"], body=body),
+             helper.make_node("ConcatFromSequence", ["out"], ["y"], axis=0),
+             helper.make_node("ConcatFromSequence", ["shapes"], ["z"], axis=0)]
+    model = make(nodes, [tensor("x", [5, 3]), tensor("v", [3]), tensor("bias", [3])],
+                 [tensor("y", [5, 3]), tensor("z", [4], I64)], {"parts": np.array([2, 3], I64)})
+    rng = np.random.default_rng(5)
+    _check(model, [{"x": rng.normal(size=(5, 3)).astype(F32), "v": rng.normal(size=3).astype(F32),
+                    "bias": rng.normal(size=3).astype(F32)}])
+
+
+# --- optimum's merged decoder -----------------------------------------------------------------
+
+# optimum-onnx pins transformers < 4.58, so it may live in a venv of its own: HETC_OPTIMUM_PYTHON
+# names its interpreter (default: /work/optvenv/bin/python where it exists, else this one).
+_EXPORT = """
+import sys
+from pathlib import Path
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+from optimum.exporters.onnx import export_models
+from optimum.exporters.onnx.model_configs import GPT2OnnxConfig
+
+out = Path(sys.argv[1])
+cfg = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=128)
+torch.manual_seed(0)
+model = GPT2LMHeadModel(cfg).eval()
+# optimum-onnx 0.1 exports a decoder as one model.onnx with past inputs; its merged decoder (an
+# If on use_cache_branch) comes from the two legacy exports, merged by the config's post-processing
+configs = {"decoder_model": (model, GPT2OnnxConfig(cfg, task="text-generation", use_past=True,
+                                                   use_past_in_inputs=False)),
+           "decoder_with_past_model": (model, GPT2OnnxConfig(cfg, task="text-generation", use_past=True,
+                                                             use_past_in_inputs=True))}
+export_models(configs, out, opset=18)
+configs["decoder_model"][1].post_process_exported_models(out, configs, [f"{k}.onnx" for k in configs])
+"""
+
+
+def _optimum_python() -> str | None:
+    import importlib.util
+    import os
+    import sys
+    from pathlib import Path
+
+    named = os.environ.get("HETC_OPTIMUM_PYTHON")
+    if named:
+        return named
+    if Path("/work/optvenv/bin/python").exists():
+        return "/work/optvenv/bin/python"
+    return sys.executable if importlib.util.find_spec("optimum.exporters.onnx") else None
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_optimum_merged_gpt2_decoder_generates_like_onnxruntime(tmp_path):
+    import subprocess
+
+    import onnx
+    import onnxruntime as ort
+
+    from hetc.generate import runner
+
+    python = _optimum_python()
+    if python is None:
+        pytest.skip("optimum-onnx is not installed (set HETC_OPTIMUM_PYTHON to a Python that has it)")
+    script = tmp_path / "export.py"
+    script.write_text(_EXPORT)
+    done = subprocess.run([python, str(script), str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    model = onnx.load(tmp_path / "decoder_model_merged.onnx")
+    assert [n.op_type for n in model.graph.node] == ["If"]
+    assert "use_cache_branch" in [i.name for i in model.graph.input]
+    # optimum declares the merged model's attention_mask [batch_size, sequence_length], the no-past
+    # branch's; with a past it is past + sequence long. onnxruntime does not check dim names, hetc does.
+    mask = next(i for i in model.graph.input if i.name == "attention_mask")
+    mask.type.tensor_type.shape.dim[1].dim_param = "total_sequence_length"
+    compiled = hetc.compile(model, dims={"batch_size": (1, 2), "sequence_length": (1, 32),
+                                         "past_sequence_length": (0, 32), "total_sequence_length": (1, 64)})
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    prompt = np.random.default_rng(6).integers(0, 1000, size=(2, 5)).astype(I64)
+    ours, theirs = runner(compiled), runner(session)
+    cache_ours, cache_theirs = ours.start(2), theirs.start(2)
+    ids, mask_now = prompt, np.ones_like(prompt)
+    for _ in range(16):  # the first step takes the no-cache branch, the others the cache branch
+        logits, cache_ours = ours.step(ids, mask_now, cache_ours)
+        expected, cache_theirs = theirs.step(ids, mask_now, cache_theirs)
+        assert_close(np.asarray(logits), expected, rel=1e-4)
+        ids = np.argmax(expected[:, -1], axis=-1)[:, None].astype(I64)
+        assert (np.argmax(np.asarray(logits)[:, -1], axis=-1)[:, None] == ids).all()
+        mask_now = np.ones((2, mask_now.shape[1] + 1), I64)
+    tokens = hetc.generate(compiled, prompt, max_new_tokens=16)
+    assert tokens.shape == (2, 21)
+    assert (tokens == hetc.generate(session, prompt, max_new_tokens=16)).all()
