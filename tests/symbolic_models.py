@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from zoo import wrap as _wrap  # the zoo's keyword-calling wrapper
 
 OPSET = 17
 IR_VERSION = 10  # onnxruntime refuses IR versions newer than it knows
@@ -52,23 +54,6 @@ def _text_feed(batch: int, seq: int) -> dict[str, np.ndarray]:
     mask = np.ones((batch, seq), np.int64)
     mask[-1, seq - 3:] = 0  # padding in the last row
     return {"input_ids": rng.integers(0, 1000, (batch, seq)).astype(np.int64), "attention_mask": mask}
-
-
-def _wrap(model, names: list[str], keys: tuple[str, ...] = (), **fixed):
-    """A module taking ``names`` positionally, calling ``model`` by keyword (transformers 5
-    takes inputs by keyword), returning the output fields ``keys`` (default: the first)."""
-    import torch
-
-    class Wrapper(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, *args):
-            out = self.model(**dict(zip(names, args)), **fixed)
-            return out[0] if not keys else tuple(getattr(out, k) for k in keys)
-
-    return Wrapper().eval()
 
 
 def _lm(model_cls, config, experts: str | None = None, **fixed):

@@ -17,7 +17,7 @@ import hetc
 pytest.importorskip("torch", reason="torch is needed to export the detection models")
 if importlib.util.find_spec("torchvision") is None:  # (importing it may need detection_models' ops)
     pytest.skip("torchvision is needed for the detection models", allow_module_level=True)
-import detection_models  # noqa: E402
+import detection_models
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 

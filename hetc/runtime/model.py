@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArtifactError, HetcError, InputError, last_line
 from .. import narrow
+from ..errors import ArtifactError, HetcError, InputError, last_line
 from ..targets import get_target
 from .artifact import Manifest, read_manifest, write_artifact
 from .standalone import cpu_problem, shape_problem

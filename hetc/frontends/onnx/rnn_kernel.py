@@ -82,7 +82,7 @@ def _tanh(x: tirx.PrimExpr, dt: str) -> tirx.PrimExpr:
     """float32: TVM's ``fast_tanh`` rational approximation (vectorizes; error ~1e-7)."""
     if dt != "float32":
         return tirx.tanh(x)
-    c = lambda v: tirx.const(v, "float32")  # noqa: E731
+    c = lambda v: tirx.const(v, "float32")
     x = tirx.max(tirx.min(x, c(9.0)), c(-9.0))
     x2 = x * x
     p = c(-2.76076847742355e-16)
@@ -134,9 +134,8 @@ def tile(hidden: int) -> int:
 def _vloop(n: int, body) -> None:
     """``body(j)`` for j < n, vectorized by 8 where n allows."""
     if n % 8 == 0:
-        with T.serial(0, n // 8) as jo:
-            with T.vectorized(0, 8) as ji:
-                body(jo * 8 + ji)
+        with T.serial(0, n // 8) as jo, T.vectorized(0, 8) as ji:
+            body(jo * 8 + ji)
     else:
         with T.serial(0, n) as j:
             body(j)
@@ -152,49 +151,48 @@ def build(rec: Recurrence) -> tirx.PrimFunc:
         return [t, b] if rec.layout == 0 else [b, t]
 
     state_shape = (D, n_b, H) if rec.layout == 0 else (n_b, D, H)
-    with IRBuilder() as ib:
-        with T.prim_func():
-            T.func_attr({"tir.noalias": True, "tir.is_scheduled": True, "hetc.schedule_rule": "rnn"})
-            xw = _param("xw", tuple(seq_major(n_t, n_b)) + (D * GH,), dt)
-            rt = _param("rt", (D, GH // tile(H), H, tile(H)), dt)
-            rbh = _param("rbh", (D, H), dt) if rec.cell == "gru" and rec.linear_before_reset else None
-            p = _param("p", (D, 3 * H), dt) if rec.peephole else None
-            h0 = _param("h0", state_shape, dt) if rec.initial_h else None
-            c0 = _param("c0", state_shape, dt) if rec.initial_c else None
-            lens = _param("lens", (n_b,), "int32") if rec.lens else None
-            y_shape = (n_t, D, n_b, H) if rec.layout == 0 else (n_b, n_t, D, H)
-            y = _param("y", y_shape, dt)
-            yh = _param("yh", state_shape, dt)
-            yc = _param("yc", state_shape, dt) if rec.cell == "lstm" else None
+    with IRBuilder() as ib, T.prim_func():
+        T.func_attr({"tir.noalias": True, "tir.is_scheduled": True, "hetc.schedule_rule": "rnn"})
+        xw = _param("xw", tuple(seq_major(n_t, n_b)) + (D * GH,), dt)
+        rt = _param("rt", (D, GH // tile(H), H, tile(H)), dt)
+        rbh = _param("rbh", (D, H), dt) if rec.cell == "gru" and rec.linear_before_reset else None
+        p = _param("p", (D, 3 * H), dt) if rec.peephole else None
+        h0 = _param("h0", state_shape, dt) if rec.initial_h else None
+        c0 = _param("c0", state_shape, dt) if rec.initial_c else None
+        lens = _param("lens", (n_b,), "int32") if rec.lens else None
+        y_shape = (n_t, D, n_b, H) if rec.layout == 0 else (n_b, n_t, D, H)
+        y = _param("y", y_shape, dt)
+        yh = _param("yh", state_shape, dt)
+        yc = _param("yc", state_shape, dt) if rec.cell == "lstm" else None
 
-            def state(buf, d, b, j):
-                return buf[d, b, j] if rec.layout == 0 else buf[b, d, j]
+        def state(buf, d, b, j):
+            return buf[d, b, j] if rec.layout == 0 else buf[b, d, j]
 
-            def store_state(buf, value, d, b, j):
-                T.buffer_store(buf, value, [d, b, j] if rec.layout == 0 else [b, d, j])
+        def store_state(buf, value, d, b, j):
+            T.buffer_store(buf, value, [d, b, j] if rec.layout == 0 else [b, d, j])
 
-            def store_y(value, t, d, b, j):
-                T.buffer_store(y, value, [t, d, b, j] if rec.layout == 0 else [b, t, d, j])
+        def store_y(value, t, d, b, j):
+            T.buffer_store(y, value, [t, d, b, j] if rec.layout == 0 else [b, t, d, j])
 
-            with T.parallel(0, D * n_b) as db:
-                d_var, b = db // n_b, db % n_b
-                # "global" scope: small buffers become allocas that LLVM keeps in registers
-                # (the accumulators); "local" ones are heap workspaces it must store to every k
-                h = T.decl_buffer((H,), dt, scope="global", layout=None)
-                c = T.decl_buffer((H,), dt, scope="global", layout=None) if rec.cell == "lstm" else None
-                g = T.decl_buffer((GH,), dt, scope="global", layout=None)
-                acc = T.decl_buffer((tile(H),), dt, scope="global", layout=None)  # GEMV accumulators
-                gru_rh = rec.cell == "gru" and not rec.linear_before_reset
-                rh = T.decl_buffer((H,), dt, scope="global", layout=None) if gru_rh else None
-                if rec.lens:
-                    length = T.bind(tirx.max(tirx.min(lens[b].astype("int64"), n_t), tirx.const(0, "int64")))
-                else:
-                    length = n_t
-                for d in range(D):
-                    with T.If(d_var == d) if D > 1 else _nothing():
-                        with T.Then() if D > 1 else _nothing():
-                            _direction(rec, d, b, n_t, length, xw, rt, rbh, p, h0, c0, h, c, g, acc, rh,
-                                       seq_major, state, store_state, store_y, yh, yc)
+        with T.parallel(0, D * n_b) as db:
+            d_var, b = db // n_b, db % n_b
+            # "global" scope: small buffers become allocas that LLVM keeps in registers
+            # (the accumulators); "local" ones are heap workspaces it must store to every k
+            h = T.decl_buffer((H,), dt, scope="global", layout=None)
+            c = T.decl_buffer((H,), dt, scope="global", layout=None) if rec.cell == "lstm" else None
+            g = T.decl_buffer((GH,), dt, scope="global", layout=None)
+            acc = T.decl_buffer((tile(H),), dt, scope="global", layout=None)  # GEMV accumulators
+            gru_rh = rec.cell == "gru" and not rec.linear_before_reset
+            rh = T.decl_buffer((H,), dt, scope="global", layout=None) if gru_rh else None
+            if rec.lens:
+                length = T.bind(tirx.max(tirx.min(lens[b].astype("int64"), n_t), tirx.const(0, "int64")))
+            else:
+                length = n_t
+            for d in range(D):
+                with T.If(d_var == d) if D > 1 else _nothing():
+                    with T.Then() if D > 1 else _nothing():
+                        _direction(rec, d, b, n_t, length, xw, rt, rbh, p, h0, c0, h, c, g, acc, rh,
+                                   seq_major, state, store_state, store_y, yh, yc)
     func = ib.get()  # the name is the GlobalVar's (BlockBuilder.add_func), not a global symbol
     return func.without_attr("global_symbol") if func.attrs and "global_symbol" in func.attrs else func
 
@@ -242,60 +240,59 @@ def _direction(rec: Recurrence, d: int, b, n_t, length, xw, rt, rbh, p, h0, c0, 
     if c is not None:
         _vloop(H, lambda j: T.buffer_store(c, state(c0, d, b, j) if c0 is not None else zero, [j]))
 
-    with T.serial(0, n_t) as s:
-        with T.If(s < length) if rec.lens else _nothing():
-            with T.Then() if rec.lens else _nothing():
-                t = T.bind(length - 1 - s) if rec.reverse[d] else s
+    with T.serial(0, n_t) as s, T.If(s < length) if rec.lens else _nothing():
+        with T.Then() if rec.lens else _nothing():
+            t = T.bind(length - 1 - s) if rec.reverse[d] else s
 
-                def xp(j):  # the input projection of gate row j at step t
-                    return xw[tuple(seq_major(t, b)) + (d * GH + j,)]
+            def xp(j):  # the input projection of gate row j at step t
+                return xw[tuple(seq_major(t, b)) + (d * GH + j,)]
 
-                if rec.cell == "lstm":
-                    _matvec(rec, rt, acc, d, h, g, 0, GH, xp)
-                    pi = (lambda j: p[d, j]) if rec.peephole else None
+            if rec.cell == "lstm":
+                _matvec(rec, rt, acc, d, h, g, 0, GH, xp)
+                pi = (lambda j: p[d, j]) if rec.peephole else None
 
-                    def cell_update(j):
-                        cp = c[j]
-                        gi = g[j] + (p[d, j] * cp if pi else zero)
-                        i = act(0, gi)
-                        if rec.input_forget:
-                            f = one - i
-                        else:
-                            f = act(0, g[2 * H + j] + (p[d, 2 * H + j] * cp if pi else zero))
-                        T.buffer_store(c, f * cp + i * act(1, g[3 * H + j]), [j])
-                        cn = c[j]  # the new cell state (``cp`` now reads it too)
-                        o = act(0, g[H + j] + (p[d, H + j] * cn if pi else zero))
-                        T.buffer_store(h, o * acts[2](cn, dt), [j])  # unclipped, as onnxruntime
-
-                    _vloop(H, cell_update)
-                elif rec.cell == "gru":
-                    if rec.linear_before_reset:
-                        _matvec(rec, rt, acc, d, h, g, 0, 2 * H, xp)
-                        _matvec(rec, rt, acc, d, h, g, 2 * H, H, lambda j: rbh[d, j - 2 * H])
-
-                        def gru_update(j):
-                            z = act(0, g[j])
-                            r = act(0, g[H + j])
-                            hh = act(1, xp(2 * H + j) + r * g[2 * H + j])
-                            T.buffer_store(h, (one - z) * hh + z * h[j], [j])
+                def cell_update(j):
+                    cp = c[j]
+                    gi = g[j] + (p[d, j] * cp if pi else zero)
+                    i = act(0, gi)
+                    if rec.input_forget:
+                        f = one - i
                     else:
-                        _matvec(rec, rt, acc, d, h, g, 0, 2 * H, xp)
-                        _vloop(H, lambda j: T.buffer_store(rh, act(0, g[H + j]) * h[j], [j]))
-                        _matvec(rec, rt, acc, d, rh, g, 2 * H, H, xp)
+                        f = act(0, g[2 * H + j] + (p[d, 2 * H + j] * cp if pi else zero))
+                    T.buffer_store(c, f * cp + i * act(1, g[3 * H + j]), [j])
+                    cn = c[j]  # the new cell state (``cp`` now reads it too)
+                    o = act(0, g[H + j] + (p[d, H + j] * cn if pi else zero))
+                    T.buffer_store(h, o * acts[2](cn, dt), [j])  # unclipped, as onnxruntime
 
-                        def gru_update(j):
-                            z = act(0, g[j])
-                            hh = act(1, g[2 * H + j])
-                            T.buffer_store(h, (one - z) * hh + z * h[j], [j])
+                _vloop(H, cell_update)
+            elif rec.cell == "gru":
+                if rec.linear_before_reset:
+                    _matvec(rec, rt, acc, d, h, g, 0, 2 * H, xp)
+                    _matvec(rec, rt, acc, d, h, g, 2 * H, H, lambda j: rbh[d, j - 2 * H])
 
-                    _vloop(H, gru_update)
+                    def gru_update(j):
+                        z = act(0, g[j])
+                        r = act(0, g[H + j])
+                        hh = act(1, xp(2 * H + j) + r * g[2 * H + j])
+                        T.buffer_store(h, (one - z) * hh + z * h[j], [j])
                 else:
-                    _matvec(rec, rt, acc, d, h, g, 0, H, xp)
-                    _vloop(H, lambda j: T.buffer_store(h, act(0, g[j]), [j]))
-                _vloop(H, lambda j: store_y(h[j], t, d, b, j))
-            if rec.lens:  # steps past this row's length: zeros
-                with T.Else():
-                    _vloop(H, lambda j: store_y(zero, s, d, b, j))
+                    _matvec(rec, rt, acc, d, h, g, 0, 2 * H, xp)
+                    _vloop(H, lambda j: T.buffer_store(rh, act(0, g[H + j]) * h[j], [j]))
+                    _matvec(rec, rt, acc, d, rh, g, 2 * H, H, xp)
+
+                    def gru_update(j):
+                        z = act(0, g[j])
+                        hh = act(1, g[2 * H + j])
+                        T.buffer_store(h, (one - z) * hh + z * h[j], [j])
+
+                _vloop(H, gru_update)
+            else:
+                _matvec(rec, rt, acc, d, h, g, 0, H, xp)
+                _vloop(H, lambda j: T.buffer_store(h, act(0, g[j]), [j]))
+            _vloop(H, lambda j: store_y(h[j], t, d, b, j))
+        if rec.lens:  # steps past this row's length: zeros
+            with T.Else():
+                _vloop(H, lambda j: store_y(zero, s, d, b, j))
 
     _vloop(H, lambda j: store_state(yh, h[j], d, b, j))
     if yc is not None:
@@ -309,8 +306,7 @@ def _matvec(rec: Recurrence, rt, acc, d: int, src, out, lo: int, n: int, init) -
         base = lo + jo * jt
         with T.vectorized(0, jt) as ji:
             T.buffer_store(acc, init(base + ji), [ji])
-        with T.serial(0, rec.hidden) as k:
-            with T.vectorized(0, jt) as ji:
-                T.buffer_store(acc, acc[ji] + src[k] * rt[d, lo // jt + jo, k, ji], [ji])
+        with T.serial(0, rec.hidden) as k, T.vectorized(0, jt) as ji:
+            T.buffer_store(acc, acc[ji] + src[k] * rt[d, lo // jt + jo, k, ji], [ji])
         with T.vectorized(0, jt) as ji:
             T.buffer_store(out, acc[ji], [base + ji])

@@ -57,11 +57,10 @@ def _nonzero_ir(x, out, count):
         with T.serial(0, x.shape[0] if len(dims) == 1 else _prod(dims)) as i:
             index = _unravel(i, dims)
             value = flat[tuple(index)]
-            with T.If(value if x.dtype == "bool" else value != tirx.const(0, x.dtype)):
-                with T.Then():
-                    for d, value in enumerate(index):
-                        out[d, total[0]] = value
-                    total[0] = total[0] + _i64(1)
+            with T.If(value if x.dtype == "bool" else value != tirx.const(0, x.dtype)), T.Then():
+                for d, value in enumerate(index):
+                    out[d, total[0]] = value
+                total[0] = total[0] + _i64(1)
         count[0] = total[0]
     return ib.get()
 
@@ -154,13 +153,12 @@ def _nms_ir(boxes, scores, order, max_out, iou, threshold, out, count, center: b
                                 with T.If(tirx.all(keep[0] == 1, _suppresses(boxes, b, box, other, iou[0], center))):
                                     with T.Then():
                                         keep[0] = 0
-                            with T.If(keep[0] == 1):
-                                with T.Then():
-                                    row = total[0] + kept[0]
-                                    out[row, 0] = tirx.Cast(I64, b)
-                                    out[row, 1] = tirx.Cast(I64, c)
-                                    out[row, 2] = box
-                                    kept[0] = kept[0] + _i64(1)
+                            with T.If(keep[0] == 1), T.Then():
+                                row = total[0] + kept[0]
+                                out[row, 0] = tirx.Cast(I64, b)
+                                out[row, 1] = tirx.Cast(I64, c)
+                                out[row, 2] = box
+                                kept[0] = kept[0] + _i64(1)
                 total[0] = total[0] + kept[0]
         count[0] = total[0]
     return ib.get()

@@ -135,7 +135,6 @@ def _pad_runtime(ctx: ConvertContext, x: relax.Expr, pads: relax.Expr, axes, mod
     halves = m.reshape(pads, [2, count, 1])
     widths = bb.normalize(relax.op.sum(m.multiply(halves, which), axis=1))  # [2, rank]
     values = m.dims(m.reshape(widths, [2 * rank]), "pad")
-    shape = _dims(x)
     for axis in range(rank):
         x = gather_pad_axis(ctx, m, x, axis, values[axis], values[rank + axis], mode, value)
     return x
