@@ -5,7 +5,6 @@ in for the GPU (``--fake``). The GPU steps themselves run only on a lent device 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,17 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "scripts")]
+import gpu_check as check  # (loads scripts/gpu_artifacts.py as ``gpu_artifacts``)
+import runtime_bundle as bundle
 
-
-g = _load("gpu_artifacts", ROOT / "scripts" / "gpu_artifacts.py")
-check = _load("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
-bundle = _load("runtime_bundle", ROOT / "scripts" / "runtime_bundle.py")
+g = check.artifacts_mod
 
 
 def test_uniform_is_pinned_bit_for_bit():

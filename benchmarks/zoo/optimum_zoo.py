@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from . import Arch, register
+from .transformers_zoo import BART_LIKE, LLAMA_LIKE, SMALL, T5_SMALL, VIT  # the same small configs
 
 DIMS = {"batch_size": 1, "sequence_length": 8, "past_sequence_length": 6, "encoder_sequence_length": 12,
         "decoder_sequence_length": 4, "past_decoder_sequence_length": 6, "num_channels": 3, "height": 64,
@@ -95,18 +96,6 @@ def _optimum(name: str, model: str, config: dict, task: str, graph: str = "model
     register(Arch(f"opt-{name}", "optimum", None, exporters=("optimum",), export=export))
 
 
-SMALL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
-         "vocab_size": 1000, "max_position_embeddings": 128}
-LLAMA_LIKE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 128}
-VIT = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
-       "image_size": 64, "patch_size": 16}
-BART_LIKE = {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
-             "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 1000,
-             "max_position_embeddings": 128, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
-             "decoder_start_token_id": 2}
-T5_SMALL = {"d_model": 64, "d_kv": 16, "d_ff": 128, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4,
-            "vocab_size": 1000, "decoder_start_token_id": 0}
 # optimum's dummy audio is 30 s (3000 frames): Whisper's real 1500 encoder positions
 WHISPER = {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
            "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "num_mel_bins": 80,

@@ -9,7 +9,7 @@ outputs (vectorized over them, accumulated in registers), then the gate math, ve
 the hidden units with a rational tanh (sigmoid from it) instead of libm calls. R is packed
 transposed in blocks of ``JT`` outputs, ``rt[d, j // JT, k, j % JT] = R[d, j, k]``, so that a
 block streams contiguous memory: unpacked, a block's rows are 4 KB apart at H = 256 and fall
-in a few cache sets (measured 3x slower). At batch 1 a step reads all of R (1 MB at H = 256):
+in a few cache sets (measured 3x slower on a Zen 5, AVX-512). At batch 1 a step reads all of R (1 MB at H = 256):
 the kernel runs at about the L2 bandwidth, as onnxruntime's GEMV does.
 
 Buffers (``layout`` 0 / 1 as ONNX):
