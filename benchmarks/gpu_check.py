@@ -8,26 +8,25 @@ On the GPU machine (docs/cuda.md, "Running the GPU check" has the exact `run` ca
 Needs there: Python 3.12 with torch (CUDA), numpy, transformers; the carried runtime bundle
 (``scripts/runtime_bundle.py``: TVM's runtime with ``libtvm_runtime_cuda.so``, tvm-ffi for
 3.12) and the carried pack (``scripts/gpu_artifacts.py``: artifacts with their weights stripped,
-``index.json``). Nothing is built or installed there. Steps, per model:
+``index.json``). Nothing is built or installed there. Three phases, so that what the issue
+needs first is done first and a timeout keeps it:
 
-1. the torch model is built and its weights regenerated from the seed (bit-identical to the
-   ones compiled in), and written back into the artifact (sha256 of every file checked);
-2. the artifact is loaded with the runtime-only runner (``hetc/runtime/standalone.py``'s
+1. per model: the torch model is built and its weights regenerated from the seed (bit-identical
+   to the ones compiled in) and written back into the artifact (sha256 of every file checked);
+   the artifact is loaded with the runtime-only runner (``hetc/runtime/standalone.py``'s
    ``Part``) and run; its outputs are compared with torch eager on the same inputs, TF32 off:
    ``max|hetc - torch| / max|torch|`` must be <= 1e-3 (GPT-2: logits and presents at past 32
-   and 480);
-3. hetc (inputs already on the GPU), torch eager and ``torch.compile`` (default and
-   ``max-autotune-no-cudagraphs``) are timed with CUDA events (median of ``--repeat``);
-4. the placement solver's assumptions are checked: its predicted GPU latency per model against
-   hetc's measured one, its host link (latency + bytes / bandwidth) against measured
-   host-to-device / device-to-host copies of the split's transfer sizes, and the split
-   artifact's measured latency against its predicted one;
-5. a per-kernel profile (torch.profiler, CUPTI sees TVM's kernels too) of hetc and
-   torch.compile for BERT-base and ResNet-50 batch 8: the kernels where hetc loses.
+   and 480); hetc (inputs already on the GPU) and torch eager are timed with CUDA events
+   (median of ``--repeat``); for BERT-base and ResNet-50 batch 8 hetc's kernels are profiled
+   (torch.profiler: CUPTI sees TVM's kernels too); the placement solver's assumptions are
+   checked: its predicted GPU latency against hetc's measured one, its host link (latency +
+   bytes / bandwidth) against measured copies of the split's transfer sizes;
+2. ``torch.compile`` (default, then ``max-autotune-no-cudagraphs``), BERT-base and ResNet-50
+   batch 8 first, while ``--budget-s`` (default 400) lasts;
+3. the compiled models' kernel profiles: with phase 1's, the kernels where hetc loses.
 
-Writes ``OUT/gpu_check.json`` (after every model, so a timeout keeps what was done) and
-``OUT/gpu_check.md`` (the table). ``--budget-s`` (default 400) skips the optional steps
-(torch.compile, profiles) once spent, so the whole run stays under 7 minutes.
+Writes ``OUT/gpu_check.json`` (after every step, so a timeout keeps what was done) and
+``OUT/gpu_check.md`` (the table), and stays under 7 minutes.
 
 ``--fake`` runs the same code on the CPU (artifacts compiled with ``--target cpu``, torch on
 the CPU, wall-clock timers, no torch.compile unless ``--compile``): tests/test_gpu_check.py.
@@ -223,15 +222,15 @@ def transfer_check(device, predicted: dict, sizes: list[int], repeat: int) -> li
     torch = device.torch
     link = predicted.get("host_link") or {}
     rows = []
-    for nbytes in sorted(set(int(s) for s in sizes if s > 0)):
+    for nbytes in sorted({int(s) for s in sizes if s > 0}):
         host = np.ones(max(1, nbytes // 4), np.float32)
         if device.fake:
-            h2d = device.time_ms(lambda: torch.from_numpy(host).clone(), 1, repeat)
+            h2d = device.time_ms(lambda host=host: torch.from_numpy(host).clone(), 1, repeat)
             d2h = h2d
         else:
             gpu = torch.from_numpy(host).cuda()
-            h2d = device.time_ms(lambda: torch.from_numpy(host).cuda(), 2, repeat)
-            d2h = device.time_ms(lambda: gpu.cpu(), 2, repeat)
+            h2d = device.time_ms(lambda host=host: torch.from_numpy(host).cuda(), 2, repeat)
+            d2h = device.time_ms(lambda gpu=gpu: gpu.cpu(), 2, repeat)
         model_s = link.get("latency", 0.0) + nbytes / link["bandwidth"] if link.get("bandwidth") else None
         rows.append({"bytes": nbytes, "h2d_ms": median(h2d), "d2h_ms": median(d2h),
                      "predicted_ms": model_s * 1e3 if model_s is not None else None,
@@ -272,7 +271,10 @@ class Budget:
         return self.seconds - (time.perf_counter() - self.start)
 
 
-def check_model(name: str, info: dict, root: Path, device, runtime, args, budget: Budget) -> dict:
+def check_model(name: str, info: dict, root: Path, device, runtime, args) -> tuple[dict, dict]:
+    """Phase 1 for one model: restore its weights, load, compare with torch eager, time hetc and
+    eager (and profile hetc's kernels for the ``PROFILED`` models). Returns (the result, what later phases need: the torch model and each case's feeds and
+    hetc call)."""
     g = artifacts_mod
     spec = g.Spec(**info["spec"])
     result = {"model": name, "target": spec.target}
@@ -281,14 +283,14 @@ def check_model(name: str, info: dict, root: Path, device, runtime, args, budget
     params = g.seed_parameters(model, spec.family, spec.seed)
     result["weights_restored_bytes"] = g.restore(root, params)
     result["restore_s"] = round(time.perf_counter() - t0, 2)
-    np_, tvm, _tvm_ffi, vm_class = runtime
+    _np, tvm, _tvm_ffi, vm_class = runtime
     hetc = HetcModel(root, tvm, vm_class)
     result["devices"] = hetc.devices
     model = model.to(device.torch_device)
     vocab = g.vocab_of(model)
     cases = [(f"past {p}", g.make_inputs(spec, vocab, past=p)) for p in spec.pasts] \
         if spec.family == "gpt2" else [("", g.make_inputs(spec, vocab))]
-    result["cases"] = []
+    result["cases"], live = [], {"spec": spec, "model": model, "cases": []}
     for label, feeds in cases:
         case = {"case": label} if label else {}
         _call, outputs = torch_call(model, spec, feeds, device.torch_device)
@@ -297,16 +299,13 @@ def check_model(name: str, info: dict, root: Path, device, runtime, args, budget
         case.update(compare(spec, got, ref, hetc.output_names))
         resident = hetc.resident_call(feeds)
         case["hetc_ms"] = median(device.time_ms(resident, args.warmup, args.repeat))
-        case["hetc_numpy_ms"] = median(device.time_ms(lambda: hetc.run(feeds), 1, max(3, args.repeat // 4)))
+        case["hetc_numpy_ms"] = median(device.time_ms(lambda feeds=feeds: hetc.run(feeds), 1, max(3, args.repeat // 4)))
         call, _ = torch_call(model, spec, feeds, device.torch_device)
         case["torch_eager_ms"] = median(device.time_ms(call, args.warmup, args.repeat))
-        result["cases"].append(case)
-        _compiled(case, model, feeds, device, args, budget, spec)
-        if name in PROFILED and budget.left() > 60 and not device.fake:
+        if name in PROFILED and not device.fake:
             case["profile_hetc"] = kernel_profile(device, resident)
-            if "_compiled_fn" in case:
-                case["profile_torch_compile"] = kernel_profile(device, case["_compiled_fn"])
-        case.pop("_compiled_fn", None)
+        result["cases"].append(case)
+        live["cases"].append({"feeds": feeds, "hetc": resident})
     predicted = info.get("predicted", {})
     gpu = predicted.get("cuda", {})
     if gpu.get("predicted_seconds"):
@@ -319,33 +318,66 @@ def check_model(name: str, info: dict, root: Path, device, runtime, args, budget
         sizes = [t["bytes"] for t in split.get("transfers", [])] or [4096]
         result["transfers_measured"] = transfer_check(device, predicted, sizes + [2**20, 16 * 2**20], args.repeat)
     result["ok"] = all(c["ok"] for c in result["cases"])
-    return result
+    return result, live
 
 
-def _compiled(case: dict, model, feeds: dict, device, args, budget: Budget, spec) -> None:
-    """torch.compile in each mode, while the budget lasts (compiling is the slow part)."""
-    if device.fake and not args.compile:
-        return
+def compile_order(names: list[str], modes: tuple[str, ...] = COMPILE_MODES) -> list[tuple[str, str]]:
+    """(model, mode) pairs for phase 2: the acceptance models (``PROFILED``) first in each mode,
+    default before max-autotune, so a short budget still times what the issue asks for."""
+    first = [n for n in names if n in PROFILED]
+    rest = [n for n in names if n not in PROFILED]
+    return [(n, m) for group in (first, rest) for m in modes for n in group]
+
+
+def compile_model(result: dict, live: dict, mode: str, device, args, budget: Budget) -> None:
+    """Phase 2: ``torch.compile`` in one mode, every case of one model, while the budget lasts
+    (compiling is the slow part); each case keeps its compiled call for the profile phase."""
     torch = device.torch
-    for mode in COMPILE_MODES:
-        key = f"torch_compile_{mode}_ms"
+    key = f"torch_compile_{mode}_ms"
+    for case, state in zip(result["cases"], live["cases"]):
         if budget.left() < args.compile_reserve_s:
             case[key] = None
             case.setdefault("skipped", []).append(f"torch.compile {mode}: time budget")
             continue
         try:
             torch._dynamo.reset()
-            compiled = torch.compile(model, mode=None if mode == "default" else mode)
-            call, outputs = torch_call(compiled, spec, feeds, device.torch_device)
+            compiled = torch.compile(live["model"], mode=None if mode == "default" else mode)
+            call, outputs = torch_call(compiled, live["spec"], state["feeds"], device.torch_device)
             start = time.perf_counter()
             outputs()
             case[f"torch_compile_{mode}_compile_s"] = round(time.perf_counter() - start, 1)
             case[key] = median(device.time_ms(call, args.warmup, args.repeat))
-            if mode == "max-autotune-no-cudagraphs" or "_compiled_fn" not in case:
-                case["_compiled_fn"] = call
+            if mode == "max-autotune-no-cudagraphs" or "compiled" not in state:
+                state["compiled"] = call
         except Exception as err:  # noqa: BLE001 - inductor failures are reported, not fatal
             case[key] = None
             case.setdefault("skipped", []).append(f"torch.compile {mode}: {standalone.last_line(err)[:200]}")
+
+
+def profile_model(result: dict, live: dict, device) -> None:
+    """Phase 3: per-kernel GPU time of the compiled torch model (hetc's was taken in phase 1)."""
+    case, state = result["cases"][0], live["cases"][0]
+    if "compiled" in state:
+        case["profile_torch_compile"] = kernel_profile(device, state["compiled"])
+
+
+def calibration(report: dict) -> dict:
+    """What the device spec's ``measured`` block should say (``hetc/devices``): the geometric
+    mean of measured / predicted hetc latency over the models, and the host link fitted to the
+    measured host-to-device copies (latency: the smallest copy; bandwidth: the largest)."""
+    ratios = [r["measured_over_predicted"] for r in report["models"] if r.get("measured_over_predicted")]
+    copies = sorted((t["bytes"], t["h2d_ms"]) for r in report["models"] for t in r.get("transfers_measured", []))
+    out = {"source": f"benchmarks/gpu_check.py on {report['device'].get('name')}"}
+    if ratios:
+        out["kernel_time_scale"] = round(float(np.exp(np.mean(np.log(ratios)))), 2)
+        out["kernel_time_models"] = len(ratios)
+    if len(copies) >= 2:
+        latency = copies[0][1] * 1e-3
+        (nbytes, ms) = copies[-1]
+        bandwidth = nbytes / max(ms * 1e-3 - latency, 1e-9)
+        out["host_link"] = {"name": "pageable host memory (measured)", "bandwidth": float(f"{bandwidth:.3g}"),
+                            "latency": float(f"{latency:.3g}")}
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -383,7 +415,37 @@ def table(report: dict) -> str:
         for t in r.get("transfers_measured", []):
             lines.append(f"| {r['model']} copy {t['bytes']} B | {_fmt(t['predicted_ms'])} | "
                          f"h2d {_fmt(t['h2d_ms'])} / d2h {_fmt(t['d2h_ms'])} | |")
+    if report.get("calibration"):
+        lines += ["", "Calibration for the device spec's `measured` block (hetc/devices):", "",
+                  "    " + json.dumps(report["calibration"])]
+    for r in report["models"]:
+        for c in r.get("cases", [])[:1]:
+            for key in ("profile_hetc", "profile_torch_compile"):
+                if c.get(key):
+                    total = sum(k["ms"] for k in c[key])
+                    lines += ["", f"{r['model']}: {key[8:]} kernels, ms per run (top {len(c[key])}: {total:.3f} ms)", "",
+                              "| kernel | calls | ms |", "|---|---:|---:|"]
+                    lines += [f"| `{k['kernel'][:70]}` | {k['calls']} | {k['ms']:.3f} |" for k in c[key]]
     return "\n".join(lines) + "\n"
+
+
+def merge(reports: list[dict]) -> dict:
+    """Several tries on the device as one report: a later try's model replaces an earlier one's,
+    except that values the later one lacks (a torch.compile mode it skipped) are kept."""
+    merged = {**reports[0], "models": [], "runs": len(reports)}
+    by_name: dict[str, dict] = {}
+    for report in reports:
+        for model in report["models"]:
+            old = by_name.get(model["model"])
+            if old is None or "error" in old:
+                by_name[model["model"]] = model
+            elif "error" not in model:
+                cases = [{**a, **{k: v for k, v in b.items() if v is not None}}
+                         for a, b in zip(old.get("cases", []), model.get("cases", []))]
+                by_name[model["model"]] = {**old, **model, "cases": cases}
+    merged["models"] = list(by_name.values())
+    merged["calibration"] = calibration(merged)
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -399,9 +461,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=400, help="after this, optional steps are skipped")
     parser.add_argument("--compile-reserve-s", type=float, default=120,
                         help="start a torch.compile only with this much budget left")
+    parser.add_argument("--modes", default=",".join(COMPILE_MODES),
+                        help="torch.compile modes to time (max-autotune takes minutes per model)")
     parser.add_argument("--fake", action="store_true", help="the CPU stands in for the GPU (tests)")
     parser.add_argument("--compile", action="store_true", help="with --fake: run torch.compile too")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None,
+                        help="merge these gpu_check.json files (tries in order) into --out; runs nothing")
     args = parser.parse_args(argv)
+    if args.merge:
+        report = merge([json.loads(p.read_text()) for p in args.merge])
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+        (args.out / "gpu_check.md").write_text(table(report))
+        print(table(report))
+        return 0
     budget = Budget(args.budget_s)
     os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
     device = FakeDevice() if args.fake else CudaDevice()
@@ -413,24 +486,46 @@ def main(argv: list[str] | None = None) -> int:
     report = {"device": device.info, "arch": index.get("arch"), "tolerance": TOLERANCE, "repeat": args.repeat,
               "tvm": runtime[1].__version__, "python": platform.python_version(), "fake": device.fake,
               "timer": "wall clock" if device.fake else "CUDA events, per call", "models": []}
+    def save() -> None:
+        report["elapsed_s"] = round(time.perf_counter() - budget.start, 1)
+        (args.out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+
+    lives: dict[str, dict] = {}
     try:
         roots = {p.name: p for p in artifacts_mod.unpack(args.pack, work)}
+        # phase 1: every model loads, matches and is timed (hetc, eager) before anything optional
         for name in names:
             print(f"{name} ...", flush=True)
             try:
-                result = check_model(name, index["models"][name], roots[name], device, runtime, args, budget)
+                result, lives[name] = check_model(name, index["models"][name], roots[name], device, runtime, args)
             except (standalone.RunError, artifacts_mod.RestoreError, KeyError) as err:
                 result = {"model": name, "error": str(err), "ok": False}
             except Exception as err:  # noqa: BLE001 - one model failing must not lose the others
                 result = {"model": name, "error": f"{type(err).__name__}: {standalone.last_line(err)}", "ok": False}
             report["models"].append(result)
-            report["elapsed_s"] = round(time.perf_counter() - budget.start, 1)
-            (args.out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+            save()
             print(f"  {'ok' if result['ok'] else 'FAILED'}: " + (result.get("error") or ", ".join(
                 f"{c.get('case') or 'run'} hetc {c['hetc_ms']:.3f} ms, eager {c['torch_eager_ms']:.3f} ms, "
                 f"err {c['max_rel_error']:.1e}" for c in result["cases"])), flush=True)
+        results = {r["model"]: r for r in report["models"]}
+        # phase 2: torch.compile, the acceptance models first; phase 3: their compiled kernels' profile
+        if not device.fake or args.compile:
+            for name, mode in compile_order([n for n in names if n in lives], tuple(args.modes.split(","))):
+                print(f"torch.compile {mode}: {name} ...", flush=True)
+                compile_model(results[name], lives[name], mode, device, args, budget)
+                save()
+        for name in [n for n in names if n in lives and n in PROFILED]:
+            if budget.left() > 30 and not device.fake:
+                print(f"profile: {name} ...", flush=True)
+                try:
+                    profile_model(results[name], lives[name], device)
+                except Exception as err:  # noqa: BLE001 - a profiler failure loses only the profile
+                    results[name]["profile_error"] = standalone.last_line(err)[:200]
+                save()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    report["calibration"] = calibration(report)
+    save()
     (args.out / "gpu_check.md").write_text(table(report))
     print(table(report))
     return 0 if all(r["ok"] for r in report["models"]) else 1

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import shutil
 import struct
@@ -201,13 +202,11 @@ def _torch_classes():
             from transformers import DynamicCache
 
             cache = DynamicCache(list(zip(past[0::2], past[1::2])), config=self.model.config)
-            try:
-                out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=cache, use_cache=True)
-                cache = out.cache
-            except TypeError:  # older transformers 5.x name it past_key_values
-                out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
-                                 use_cache=True)
-                cache = out.past_key_values
+            # transformers 5.24 names the argument and output ``cache``, 5.17 (the GPU machine's)
+            # ``past_key_values``; its forward takes **kwargs, so a wrong name is ignored silently
+            name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **{name: cache})
+            cache = getattr(out, name)
             return (out.logits, *[t for layer in cache.layers for t in (layer.keys, layer.values)])
 
     return ResNet, BertWrapper, GPT2Wrapper
@@ -348,11 +347,13 @@ def predicted_costs(onnx_path: Path, spec: Spec) -> dict:
     on cpu+cuda with the transfers it assumes (seconds, bytes)."""
     import hetc
 
+    # a symbolic build is predicted at the shapes the check runs (the solver costs bound shapes)
     shapes = spec.input_shapes or spec.run_shapes or None
+    dims = None if spec.run_shapes else spec.dims or None
     out = {}
     for targets in (["cuda"], ["cpu", "cuda"]) if spec.target == "cpu,cuda" else (["cuda"],):
         try:
-            plan = hetc.plan(str(onnx_path), targets, input_shapes=shapes, dims=spec.dims or None)
+            plan = hetc.plan(str(onnx_path), targets, input_shapes=shapes, dims=dims)
         except Exception as err:  # noqa: BLE001 - the check still runs without predictions
             out["+".join(targets)] = {"error": str(err).splitlines()[-1][:300]}
             continue

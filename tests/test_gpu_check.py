@@ -124,6 +124,63 @@ def test_transfer_check_against_link_model():
     assert all(r["h2d_ms"] > 0 for r in rows)
 
 
+def _report(models: list[dict]) -> dict:
+    return {"device": {"name": "GPU"}, "models": models}
+
+
+def test_calibration_from_measurements():
+    """The spec's ``measured`` block: geomean of measured / predicted, the link fitted to copies."""
+    copies = [{"bytes": 4000, "h2d_ms": 0.04}, {"bytes": 16 * 2**20, "h2d_ms": 1.44}]
+    cal = check.calibration(_report([{"measured_over_predicted": 2.0}, {"measured_over_predicted": 8.0},
+                                     {"transfers_measured": copies}]))
+    assert cal["kernel_time_scale"] == 4.0 and cal["kernel_time_models"] == 2
+    assert cal["host_link"]["latency"] == pytest.approx(4e-5)
+    assert cal["host_link"]["bandwidth"] == pytest.approx(16 * 2**20 / 1.4e-3, rel=1e-2)
+    assert "host_link" not in check.calibration(_report([{"measured_over_predicted": 2.0}]))
+
+
+def test_merge_keeps_what_a_later_try_skipped():
+    first = _report([{"model": "a", "ok": True, "cases": [{"hetc_ms": 1.0, "torch_compile_default_ms": 3.0}]},
+                     {"model": "b", "error": "AttributeError", "ok": False}])
+    second = _report([{"model": "a", "ok": True, "cases": [{"hetc_ms": 1.5, "torch_compile_default_ms": None}]},
+                      {"model": "b", "ok": True, "cases": [{"hetc_ms": 2.0}]}])
+    merged = check.merge([first, second])
+    a, b = merged["models"]
+    assert a["cases"] == [{"hetc_ms": 1.5, "torch_compile_default_ms": 3.0}] and b["ok"] and merged["runs"] == 2
+    assert check.merge([second, first])["models"][1]["ok"]  # an error never replaces a result
+
+
+def test_gpt2_wrapper_follows_the_cache_argument_name():
+    """transformers 5.24 calls the cache ``cache``, 5.17 (the GPU machine's) ``past_key_values``;
+    both forwards take **kwargs, so the wrapper must pick the name from the signature."""
+    import torch
+
+    real = g.build_torch("gpt2", "gpt2-tiny")
+    g.seed_parameters(real, "gpt2", 0)
+
+    class Older(torch.nn.Module):  # the 5.17 signature around the installed model
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner, self.config = real.model, real.model.config
+
+        def forward(self, input_ids=None, attention_mask=None, past_key_values=None, use_cache=None, **kwargs):
+            out = self.inner(input_ids=input_ids, attention_mask=attention_mask, use_cache=use_cache,
+                             **{real_name: past_key_values})
+            out.past_key_values = getattr(out, real_name)
+            return out
+
+    import inspect
+
+    real_name = "cache" if "cache" in inspect.signature(real.model.forward).parameters else "past_key_values"
+    feeds = g.make_inputs(g.MODELS["gpt2-tiny"], g.vocab_of(real), past=8)
+    args = [torch.from_numpy(v) for v in feeds.values()]
+    with torch.inference_mode():
+        want = real(*args)
+        got = type(real)(Older()).eval()(*args)
+    assert len(got) == len(want) == 5 and tuple(got[1].shape) == (1, 2, 9, 32)  # past 8 + 1 new token
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
 def test_bundle_runtime_lib(tmp_path):
     with pytest.raises(bundle.BundleError, match="no libtvm_runtime.so, libtvm_runtime_cuda.so"):
         bundle.replace_runtime(tmp_path, tmp_path)

@@ -10,7 +10,9 @@ Backends read ``arch`` (``hetc compile --arch nvidia-a100``) and ``params`` (bac
 numbers, e.g. an FPGA's DSP count and clock); the placement cost model and the parallel
 planner (``hetc/parallel``) read the rest.
 ``source`` says where the numbers come from: a datasheet, or a measurement on a named machine
-(``measure.py``); datasheet numbers are never presented as measurements.
+(``measure.py``); datasheet numbers are never presented as measurements. ``measured`` holds what
+a run on a real device found (``benchmarks/gpu_check.py`` prints it as ``calibration``): the
+cost model scales its roofline by ``kernel_time_scale`` and uses the measured ``host_link``.
 
 To add a device, drop ``<name>.json`` here or in a folder named by ``$HETC_DEVICES`` with the
 keys of ``DeviceSpec`` (``name`` must equal the file name); ``hetc list targets``, ``--arch``
@@ -45,6 +47,19 @@ class DeviceSpec:
     node_link: dict = field(default_factory=dict)  # to this model in another node: name, bandwidth, latency
     launch_overhead: float = 0.0  # seconds per kernel launch / offloaded call
     params: dict = field(default_factory=dict)  # backend-specific numbers (FPGA: dsp, clock_ns, ...)
+    # Measured on a real device of this model, replacing datasheet numbers where the cost model
+    # uses them: ``kernel_time_scale`` (hetc's measured / roofline-predicted latency),
+    # ``host_link`` (as an artifact sees it: pageable host memory), ``source`` (where, when).
+    measured: dict = field(default_factory=dict)
+
+    @property
+    def effective_host_link(self) -> dict:
+        """The measured host link where there is one, else the datasheet's."""
+        return self.measured.get("host_link") or self.host_link
+
+    @property
+    def kernel_time_scale(self) -> float:
+        return float(self.measured.get("kernel_time_scale", 1.0))
 
 
 @cache

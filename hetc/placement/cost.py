@@ -7,11 +7,12 @@ Every number carries its source (``Cost.source``):
   spec's clock, ``hetc/backends/fpga/estimates.py``);
 - ``"roofline:<spec>"``: ``max(flops / peak[dtype], bytes / memory bandwidth) + launch
   overhead`` from the device spec (``hetc/devices``; datasheet numbers, or measured for the CPU
-  of ``dev-cpu.json``);
+  of ``dev-cpu.json``), times the spec's measured ``kernel_time_scale`` where a real device was
+  measured (``"roofline:<spec>*2.5(measured)"``);
 - ``"link:<name>"`` for transfers: ``latency + bytes / bandwidth`` of the link between the two
   devices: the same device costs nothing, a peer of the same model uses ``peer_link``, the host
-  and a device the device's ``host_link``, two devices of different models go through the host
-  (latencies add, the slower bandwidth counts).
+  and a device the device's ``host_link`` (its measured one where there is one), two devices
+  of different models go through the host (latencies add, the slower bandwidth counts).
 
 ``problem(graph, devices)`` turns an ``OpGraph`` into the solver's arrays (``problem.Problem``):
 node times (``inf`` where a target cannot run the node), the edges with the bytes of the
@@ -95,7 +96,9 @@ def node_cost(node: OpNode, device: Device) -> Cost | None:
     peak = spec.peak_flops.get(dtype) or spec.peak_flops.get("float32") or max(spec.peak_flops.values(), default=0)
     compute = node.flops / peak if peak else 0.0
     memory = (node.bytes_in + node.bytes_out) / spec.memory_bandwidth if spec.memory_bandwidth else 0.0
-    return Cost(max(compute, memory) + spec.launch_overhead, f"roofline:{spec.name}")
+    scale = spec.kernel_time_scale  # measured / predicted on a real device (1 without a measurement)
+    source = f"roofline:{spec.name}" + (f"*{scale:g}(measured)" if scale != 1.0 else "")
+    return Cost(max(compute, memory) * scale + spec.launch_overhead, source)
 
 
 def folded_nodes(graph: OpGraph) -> set[int]:
@@ -114,9 +117,9 @@ def link(a: Device, b: Device) -> tuple[float, float, str]:
         return np.inf, 0.0, "same device"
     if a.spec.name == b.spec.name and a.spec.peer_link:
         return float(a.spec.peer_link["bandwidth"]), float(a.spec.peer_link["latency"]), a.spec.peer_link["name"]
-    hops = [d.spec.host_link for d in (a, b) if d.target.device_type != "cpu"]
+    hops = [d.spec.effective_host_link for d in (a, b) if d.target.device_type != "cpu"]
     if not hops:  # two CPU devices: host memory
-        hops = [a.spec.host_link]
+        hops = [a.spec.effective_host_link]
     bandwidth = min(float(h.get("bandwidth", np.inf)) for h in hops)
     latency = sum(float(h.get("latency", 0.0)) for h in hops)
     return bandwidth, latency, " + ".join(h.get("name", "link") for h in hops)
