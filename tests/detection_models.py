@@ -11,9 +11,13 @@ exactly as with the C++ ops.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from zoo.torchvision_zoo import calibrate_detector  # the zoo calibrates its detectors alike
 
 # name -> (constructor, keyword arguments): small images, a low score threshold so that boxes
 # come out of random weights.
@@ -58,9 +62,8 @@ def import_torchvision():
         try:
             torch.ops.torchvision.nms  # noqa: B018  (the C++ extension may be loaded already)
         except (AttributeError, RuntimeError):
-            _define_ops()
-    import sys
-
+            if not _load_extension():
+                _define_ops()
     import torchvision
     import torchvision.extension
 
@@ -71,6 +74,24 @@ def import_torchvision():
 
 
 _LIBRARY = None
+
+
+def _load_extension() -> bool:
+    """Load torchvision's C++ ops where they match this torch (a torchvision built for it)."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    for lib in Path(spec.submodule_search_locations[0]).glob("_C*.so"):
+        try:
+            torch.ops.load_library(str(lib))
+            return True
+        except (OSError, RuntimeError):
+            return False
+    return False
 
 
 def _has_ops() -> bool:  # a plain function: torch.jit scripts it while tracing batched_nms
@@ -97,24 +118,6 @@ def _define_ops() -> None:
     lib.impl("qnms", _nms, "CompositeExplicitAutograd")
 
 
-def _calibrate(model, generator) -> None:
-    """BatchNorm statistics from random images: with their initial ones (mean 0, variance 1) the
-    backbone's features vanish (~1e-8), every box gets the same features and score, and RoiAlign
-    pools zeros. Training-mode passes of the backbone set them (cumulative averages)."""
-    import torch
-
-    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None
-    model.backbone.train()
-    with torch.no_grad():
-        for _ in range(2):
-            images, _ = model.transform([torch.rand(3, 320, 320, generator=generator) for _ in range(2)])
-            model.backbone(images.tensors)
-    model.eval()
-
-
 def export(name: str, out_dir: Path, seed: int = 0) -> tuple[Path, dict[str, np.ndarray]]:
     """Write ``<name>.onnx`` (random weights) to ``out_dir``; returns it and its inputs."""
     import torch
@@ -123,7 +126,7 @@ def export(name: str, out_dir: Path, seed: int = 0) -> tuple[Path, dict[str, np.
     ctor, kwargs, size = MODELS[name]
     torch.manual_seed(seed)
     model = getattr(tv.models.detection, ctor)(weights=None, weights_backbone=None, **kwargs).eval()
-    _calibrate(model, torch.Generator().manual_seed(seed + 2))
+    calibrate_detector(model, torch.Generator().manual_seed(seed + 2))
     x = torch.rand(1, 3, size, size, generator=torch.Generator().manual_seed(seed + 1))
     path = Path(out_dir) / f"{name}.onnx"
     with torch.no_grad():

@@ -171,3 +171,30 @@ def test_reshape_to_float_arithmetic_on_a_static_part_of_a_symbolic_shape():
          _const("three", np.array(3, np.int64)), _const("zero", np.array([0], np.int64)),
          _const("minus1", np.array([-1], np.int64)), _const("scale", scale)])
     _check(model, _image(4, 6))
+
+
+@pytest.mark.parametrize("start_sign", [-1, 1])
+def test_slice_with_a_symbolic_start_and_an_unbounded_end(start_sign):
+    # T5's relative position bias, bias[:, :, -seq:, :]: starts = -Shape(x)[1], ends = INT64_MAX.
+    # TVM's converter assumed symbolic bounds in range: an extent of seq + INT64_MAX, which
+    # failed code generation ("Literal value ... exceeds range of int64"); a positive start of
+    # seq gives an empty slice
+    sign = [helper.make_node("Neg", ["n"], ["start"])] if start_sign < 0 else [
+        helper.make_node("Identity", ["n"], ["start"])]
+    model = _model(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Gather", ["s", "one"], ["n"], axis=0), *sign,
+         helper.make_node("Slice", ["bias", "start", "end", "two"], ["b"]),
+         helper.make_node("Add", ["b", "b"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"]),
+         helper.make_tensor_value_info("bias", TensorProto.FLOAT, [1, 2, "seq", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, None, "seq"])],
+        [_const("one", np.array([1], np.int64)), _const("two", np.array([2], np.int64)),
+         _const("end", np.array([np.iinfo(np.int64).max], np.int64))])
+    compiled = hetc.compile(model, "cpu")
+    for seq in (3, 5):
+        inputs = {"x": np.zeros((1, seq), np.float32),
+                  "bias": RNG.standard_normal((1, 2, seq, seq)).astype(np.float32)}
+        got, want = compiled.run(inputs)["y"], ort_run(model, inputs)[0]
+        assert got.shape == want.shape == ((1, 2, seq, seq) if start_sign < 0 else (1, 2, 0, seq))
+        assert_close(got, want)

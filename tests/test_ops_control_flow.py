@@ -219,6 +219,29 @@ def test_if_branches_with_symbolic_shapes_both_run():
     _check(model, [{"c": np.array(v), "x": x} for v in (True, False, True)])
 
 
+def test_if_branch_adds_outer_values_of_one_expression_dim():
+    """torchvision's batched NMS: boxes ``[k1 + k2, 4]`` and per-class offsets ``[k1 + k2]``
+    (two concats of the same run-time sizes) meet in an Add inside the If's branch. Inside the
+    branch function both must get one dim, or the Add infers no shape and nothing after it can
+    be legalized (SSDlite: 'emit_te now only supports Tensor that has ShapeExpr shape')."""
+    other = _graph([helper.make_node("Unsqueeze", ["offsets", "one"], ["col"]),
+                    helper.make_node("Add", ["boxes", "col"], ["moved"]),
+                    helper.make_node("Unsqueeze", ["moved", "zero"], ["y"])],
+                   [], [tensor("y", [1, None, 4])], {"one": np.array([1], I64), "zero": np.array([0], I64)},
+                   name="else")
+    then = _graph([helper.make_node("Unsqueeze", ["boxes", "zero_t"], ["y_t"])], [],
+                  [tensor("y_t", [1, None, 4])], {"zero_t": np.array([0], I64)}, name="then")
+    model = make([helper.make_node("Concat", ["a", "b"], ["boxes"], axis=0),
+                  helper.make_node("Concat", ["oa", "ob"], ["offsets"], axis=0),
+                  helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                 [_scalar("c", BOOL), tensor("a", ["k1", 4]), tensor("b", ["k2", 4]),
+                  tensor("oa", ["k1"]), tensor("ob", ["k2"])], [tensor("y", [1, None, 4])])
+    rng = np.random.default_rng(3)
+    feeds = {"a": rng.normal(size=(3, 4)).astype(F32), "b": rng.normal(size=(2, 4)).astype(F32),
+             "oa": rng.normal(size=3).astype(F32), "ob": rng.normal(size=2).astype(F32)}
+    _check(model, [{"c": np.array(v), **feeds} for v in (False, True)])
+
+
 def test_if_with_constant_condition_converts_one_branch():
     then = _graph([helper.make_node("Add", ["x", "x"], ["a"])], [], [tensor("a", [2])], name="then")
     other = _graph([helper.make_node("Neg", ["x"], ["b"])], [], [tensor("b", [2])], name="else")
@@ -397,3 +420,23 @@ def test_optimum_merged_gpt2_decoder_generates_like_onnxruntime(tmp_path):
     tokens = hetc.generate(compiled, prompt, max_new_tokens=16)
     assert tokens.shape == (2, 21)
     assert (tokens == hetc.generate(session, prompt, max_new_tokens=16)).all()
+
+
+def test_branch_function_dims_keep_the_callers_ranges():
+    """A function's own copy of a caller's dim keeps its range, so ``past + seq == -1`` still
+    folds to false inside an If's branch (optimum's merged T5/BART/Whisper decoders: ScatterND's
+    index and update dims differed by an unsimplified ``Select`` and legalization refused)."""
+    from tvm import tirx
+
+    from hetc.frontends.onnx import symbolic
+    from hetc.frontends.onnx.ops.control_flow import _Dims
+
+    past, seq = tirx.Var("past", "int64"), tirx.Var("seq", "int64")
+    symbolic.declare(past, 0, 511)
+    symbolic.declare(seq, 1, 512)
+    dims = _Dims()
+    inner_past, total = dims.dim(past), dims.dim(past + seq)
+    assert dims.dim(past + seq).same_as(total)  # one expression, one var
+    one = tirx.const(1, "int64")
+    assert symbolic.simplify(tirx.Select(inner_past + total == -1, one, total)).same_as(total)
+    assert symbolic.simplify(total >= 1) == 1

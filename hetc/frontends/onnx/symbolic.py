@@ -40,6 +40,14 @@ def declare(var: tirx.Var, low: int, high: int) -> None:
     _ANALYZER.bind(var, tvm.ir.Range(int(low), int(high) + 1))
 
 
+def declare_like(var: tirx.Var, dim) -> None:
+    """Give ``var`` (a function's own copy of a caller's dim) the range known for ``dim``."""
+    bound = _ANALYZER.const_int_bound(dim)
+    low, high = bound.min_value, bound.max_value
+    if low > bound.NEG_INF or high < bound.POS_INF:
+        declare(var, low if low > bound.NEG_INF else -(2**62), high if high < bound.POS_INF else 2**62)
+
+
 def simplify(value):
     """A PrimExpr simplified, as an int when it is a constant."""
     if isinstance(value, (int, np.integer, bool, np.bool_)):

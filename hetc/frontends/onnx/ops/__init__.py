@@ -26,6 +26,7 @@ from . import (  # noqa: F401
     rnn,
     rotary,
     sequence,
+    slice,
     split,
     squeeze,
     tensor,

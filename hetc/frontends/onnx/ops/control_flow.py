@@ -28,9 +28,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
 
-from .. import runtime_values
+from .. import runtime_values, symbolic
 from ..registry import Attrs, ConvertContext, converter
 from ..shapes import dims as _dims
 
@@ -184,11 +185,12 @@ def _name(ctx: ConvertContext, default: str) -> str:
 
 class _Dims:
     """One function's parameter types: the caller's dims mapped to the function's own symbolic
-    vars (a caller var to the same function var, an expression or a dim that changes between
-    iterations to a fresh one)."""
+    vars (a caller var to the same function var, equal caller expressions to one var of their
+    own, a dim that changes between iterations to a fresh one)."""
 
     def __init__(self) -> None:
         self.vars: dict = {}  # caller var -> function var
+        self.exprs: list = []  # (caller expression, function var)
         self.caller: dict = {}  # function var -> caller dim
 
     def dim(self, d, fresh: bool = False):
@@ -198,8 +200,20 @@ class _Dims:
             if d not in self.vars:
                 self.vars[d] = tirx.Var(d.name, "int64")
                 self.caller[self.vars[d]] = d
+                symbolic.declare_like(self.vars[d], d)  # ``seq >= 1`` holds inside too
             return self.vars[d]
-        return tirx.Var("loop_dim", "int64")
+        if fresh:
+            return tirx.Var("loop_dim", "int64")
+        # ``k + k_1`` for the boxes and ``k + k_1`` for their scores stay one dim inside (else
+        # adding them infers no shape: torchvision's batched NMS)
+        for expr, var in self.exprs:
+            if tvm_ffi.structural_equal(expr, d):
+                return var
+        var = tirx.Var("loop_dim", "int64")
+        self.exprs.append((d, var))
+        self.caller[var] = d
+        symbolic.declare_like(var, d)
+        return var
 
     def type(self, ty, fresh_axes=()):
         if isinstance(ty, relax.TensorType):
