@@ -32,6 +32,7 @@ from .options import CompileOptions, plan_values
 from .passes import run_pipeline
 from .runtime.artifact import Manifest, Part
 from .runtime.model import CompiledModel, load
+from .stack import deep
 from .targets import Target, TargetKind, get_target, parse_targets
 
 __all__ = ["CompiledModel", "Inspection", "compile", "inspect_model", "load"]
@@ -193,11 +194,12 @@ def compile(
         from .parallel.compile import compile_parallel
 
         with filtered_stderr():
-            return compile_parallel(model, options, tp, pp, base_dir, constant_inputs, micro_batches)
+            return deep(lambda: compile_parallel(model, options, tp, pp, base_dir, constant_inputs, micro_batches))
     with filtered_stderr():
         if len(targets) == 1 and placement is None:
-            return _compile(model, targets[0], targets, options, base_dir, constant_inputs)
-        return _compile_multi(model, targets, options, placement, base_dir, constant_inputs, pins, devices, objective)
+            return deep(lambda: _compile(model, targets[0], targets, options, base_dir, constant_inputs))
+        return deep(lambda: _compile_multi(model, targets, options, placement, base_dir, constant_inputs, pins,
+                                           devices, objective))
 
 
 def _import(model: ModelSource, targets: list[Target], options: CompileOptions,

@@ -186,6 +186,38 @@ def test_chain_of_2000_ops():
     _chain_matches(model, hetc.compile(model, target="cpu"))
 
 
+_DEEP_NATIVE_RECURSION = """
+import json, sys
+sys.setrecursionlimit(10**7)
+nested = []
+for _ in range(200_000):
+    nested = [nested]
+from hetc.stack import deep
+print(len(deep(lambda: json.dumps(nested))))
+"""
+
+
+def test_compiles_run_on_a_deep_native_stack():
+    """``hetc.stack.deep``: 200,000 levels of native recursion (json's C encoder; over 8 MiB, a
+    SIGSEGV on a default main thread: Keypoint R-CNN's legalization) in a subprocess, errors and
+    context variables passed through, nesting runs inline."""
+    import contextvars
+    import subprocess
+    import threading
+
+    from hetc.stack import deep
+
+    done = subprocess.run([sys.executable, "-c", _DEEP_NATIVE_RECURSION], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "400002", done.stderr[-2000:]
+    var = contextvars.ContextVar("v", default=0)
+    var.set(7)
+    assert deep(lambda: (var.get(), threading.current_thread().name)) == (7, "hetc-compile")
+    assert deep(lambda: deep(lambda: threading.current_thread().name)) == "hetc-compile"
+    with pytest.raises(KeyError, match="boom"):
+        deep(lambda: {}["boom"])
+
+
 @pytest.mark.slow
 def test_chain_of_5000_ops_through_the_cli(tmp_path):
     model = crash_models.chain(5000)

@@ -198,3 +198,25 @@ def test_slice_with_a_symbolic_start_and_an_unbounded_end(start_sign):
         got, want = compiled.run(inputs)["y"], ort_run(model, inputs)[0]
         assert got.shape == want.shape == ((1, 2, seq, seq) if start_sign < 0 else (1, 2, 0, seq))
         assert_close(got, want)
+
+
+def test_constant_table_sliced_by_a_symbolic_start():
+    # MPT's ALiBi bias: a constant of 128 positions sliced [128 - seq:] and added to the scores
+    # (TVM's converter left an extent of seq + INT64_MAX - 128; the importer's simplifier overflowed)
+    table = RNG.standard_normal((2, 1, 8)).astype(np.float32)
+    model = _model(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+         helper.make_node("Sub", ["eight", "n"], ["start"]),
+         helper.make_node("Unsqueeze", ["start", "zero"], ["starts"]),
+         helper.make_node("Slice", ["table", "starts", "end", "two"], ["b"]),
+         helper.make_node("Add", ["x", "b"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, "seq", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2, "seq", "seq"])],
+        [_const("one", np.array(2, np.int64)), _const("two", np.array([2], np.int64)),
+         _const("zero", np.array([0], np.int64)), _const("eight", np.array(8, np.int64)),
+         _const("end", np.array([np.iinfo(np.int64).max], np.int64)), _const("table", table)])
+    compiled = hetc.compile(model, "cpu")
+    for batch, seq in ((1, 3), (2, 8)):
+        inputs = {"x": RNG.standard_normal((batch, 2, seq, seq)).astype(np.float32)}
+        assert_close(compiled.run(inputs)["y"], ort_run(model, inputs)[0])

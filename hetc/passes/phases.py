@@ -86,7 +86,7 @@ def _convert_conv_layout(desired: dict) -> tvm.transform.Pass:
             return mod
         try:
             return relax.transform.ConvertLayout(desired)(mod)
-        except (RuntimeError, ValueError) as err:  # TVM's check failures
+        except (RuntimeError, ValueError, IndexError) as err:  # TVM's check failures (Keypoint R-CNN: IndexError)
             log.warning("layout conversion skipped: %s", last_line(err))
             return mod
 

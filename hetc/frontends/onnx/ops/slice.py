@@ -8,7 +8,8 @@ unbounded values: T5's relative position bias, ``bias[:, :, -seq:, :]``, is ``st
 resolved as the ONNX spec says (a negative value counts from the end, then clamped to
 ``[0, dim]``), simplified over the declared dim ranges (``min(INT64_MAX, seq)`` is ``seq``), and
 the slice is then in bounds, as TVM assumes. Negative steps, run-time bounds and all-integer
-slices (which TVM clamps itself) are left to TVM's converter.
+slices (which TVM clamps itself) are left to TVM's converter. MPT's ALiBi table (a constant of
+128 positions) sliced ``[128 - seq:]`` took the same path.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ def _resolve(value, dim):
 @converter("Slice", since=10)
 def slice_(ctx: ConvertContext, inputs: list, attrs: Attrs):
     x = inputs[0]
-    if isinstance(x, (tvm.ir.GenericConst, relax.ShapeExpr)) or not isinstance(
-            getattr(x, "ty", None), relax.TensorType) or not hasattr(x.ty.shape, "values"):
-        return NotImplemented
+    if isinstance(x, relax.ShapeExpr) or not isinstance(getattr(x, "ty", None), relax.TensorType) or not hasattr(
+            x.ty.shape, "values"):
+        return NotImplemented  # a shape value: TVM's converter slices its dims
     parts = [_values(inputs[i]) if len(inputs) > i else None for i in range(1, 5)]
     if any(p is NotImplemented for p in parts):
         return NotImplemented  # run-time bounds, axes or steps
