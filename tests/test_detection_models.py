@@ -68,10 +68,9 @@ def _compare(name: str, tmp_path) -> dict[str, float]:
     return errors
 
 
-MASKS_OPEN = ("paste_masks_in_image's Loop body, converted to a function, ends with a match_cast of "
-              "a variable the function does not bind (its ConstantOfShape's); the Concat after it gets "
-              "no shape and fold_constants fails ('emit_te now only supports Tensor that has ShapeExpr "
-              "shape')")
+MASKS_OPEN = ("paste_masks_in_image's Loop body concatenates ConstantOfShape paddings, whose dims come "
+              "from a run-time shape (fresh symbolic dims), with the mask; the Concat gets no shape and "
+              "code generation refuses it ('concat could not be lowered')")
 
 
 @pytest.mark.parametrize("name", [

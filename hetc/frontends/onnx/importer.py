@@ -423,10 +423,21 @@ def to_relax(model: LoadedModel, value_shapes: dict | None = None) -> tvm.IRModu
     if sum(isinstance(f, relax.Function) for f in mod.functions.values()) > 1:
         # the functions control flow made (ops/control_flow.py), and a main with an If, bind
         # outside dataflow blocks: put their pure runs in some, so that they are fused too
-        mod = relax.transform.ConvertToDataflow()(mod)
+        mod = _closed(mod, relax.transform.ConvertToDataflow()(mod))
     check_outputs(mod, model)
     narrow_dims(mod, model)
     return mod
+
+
+def _closed(before: tvm.IRModule, after: tvm.IRModule) -> tvm.IRModule:
+    """``after`` with each function that a pass left using variables it does not bind put back
+    as it was ``before``. TVM 0.27's ConvertToDataflow does that to a ``match_cast`` of a tensor
+    whose shape is a shape variable (Mask R-CNN's paste_masks Loop body: ``ConstantOfShape`` of a
+    run-time shape): the function would fail later with no shape to legalize."""
+    for gv, func in list(after.functions.items()):
+        if isinstance(func, relax.Function) and relax.analysis.free_vars(func):
+            after[gv] = before[gv]
+    return after
 
 
 def _pairs(call: relax.Call) -> list[tuple]:
