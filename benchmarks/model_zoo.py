@@ -6,6 +6,8 @@ as their users export them, compiled by hetc for the CPU and compared with onnxr
                                    [--exporters torchscript,dynamo,optimum] [--python SOURCE=PATH]
                                    [--repeat N] [--timeout S] [--json out.json] [--keep DIR]
     python benchmarks/model_zoo.py --list [--source S]
+    python benchmarks/model_zoo.py --speed [--source S]     # quiet machine: the speed table
+    python benchmarks/model_zoo.py --report model_zoo.json [--speed]   # a saved sweep's tables
 
 Per (architecture, exporter), two child processes (a crash or hang of one model cannot stop the
 sweep; ``--timeout`` each):
@@ -22,7 +24,11 @@ sweep; ``--timeout`` each):
 Statuses: ``pass`` (within 1e-4), ``mismatch``, ``hetc-failed`` (hetc's one-line error),
 ``crashed``, ``timeout`` count against hetc; ``export-failed``, ``ort-failed`` (the exporter or
 onnxruntime fails on the exported graph) and ``skipped`` (the library does not import) are listed
-apart. Prints the tables and writes JSON.
+apart. Prints the tables and writes JSON (with the machine: CPU model, LLVM CPU, SIMD flags).
+
+``--speed`` times each row with 30 alternating runs (``--repeat``) and adds the speed table:
+the passing rows sorted by hetc / onnxruntime latency, slowest first, the geometric mean and the
+CPU -- the work list of issue 32. Run it on a quiet machine; ``--report`` prints it again.
 
 Sources whose wheels need a different torch are exported by another Python (``--python
 torchvision,timm,torchaudio=/path/bin/python``; default: this one). torchvision 0.29, timm and
@@ -42,7 +48,9 @@ machine; the graph structure -- what a compiler must handle -- is the library's 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -321,7 +329,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="those of each entry's exporters to run")
     parser.add_argument("--python", action="append", default=[], metavar="SOURCE=PATH",
                         help="the Python that exports SOURCE (comma-separated sources); repeatable")
-    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="timed runs per row, alternating with onnxruntime (default 10, 30 with --speed)")
+    parser.add_argument("--speed", action="store_true",
+                        help="time for a speed table: more runs, then the passing rows sorted by their "
+                             "ratio to onnxruntime, the geomean and the CPU (run it on a quiet machine)")
+    parser.add_argument("--report", default="", metavar="JSON",
+                        help="print the tables (and --speed's) of a saved sweep; runs nothing")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for each export and each compile+run")
     parser.add_argument("--json", default="model_zoo.json")
     parser.add_argument("--keep", default="", help="keep the exported models in this directory")
@@ -331,10 +345,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exporter", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.repeat = args.repeat or (30 if args.speed else 10)
     if args.export_child:
         return _export_child(args)
     if args.measure_child:
         return _measure_child(args)
+    if args.report:
+        saved = json.loads(Path(args.report).read_text())
+        _print_tables(saved["rows"])
+        if args.speed:
+            _print_speed(saved.get("speed") or speed(saved["rows"]))
+        return 0
     names = select(args.only, args.source)
     if args.list:
         for name in names:
@@ -358,9 +379,53 @@ def main(argv: list[str] | None = None) -> int:
                     row = run_one(name, exporter, workdir, args.repeat, args.timeout, python[entry.source])
                 rows.append(row)
                 _print_row(row)
-                Path(args.json).write_text(json.dumps({"rows": rows, "summary": summary(rows)}, indent=1))
+                saved = {"rows": rows, "summary": summary(rows), "machine": machine()}
+                if args.speed:
+                    saved["speed"] = speed(rows)
+                Path(args.json).write_text(json.dumps(saved, indent=1))
     _print_tables(rows)
+    if args.speed:
+        _print_speed(speed(rows))
     return 0
+
+
+@functools.cache
+def machine() -> dict:
+    """The CPU the sweep ran on (model, LLVM CPU, SIMD features) and the core count."""
+    from hetc.benchmark import cpu_features
+
+    info = cpu_features()
+    return {"cpu_model": info["cpu_model"], "llvm_mcpu": info["llvm_mcpu"], "simd": info["cpuinfo_simd"],
+            "cores": os.cpu_count()}
+
+
+def speed(rows: list[dict], cpu: dict | None = None) -> dict:
+    """The passing rows' hetc / onnxruntime latency ratios, slowest first, their geometric mean
+    and the CPU: the slow families are the top of this list."""
+    timed = sorted((r for r in rows if r["status"] == "pass" and r.get("x_ort")), key=lambda r: -r["x_ort"])
+    ratios = [r["x_ort"] for r in timed]
+    return {"machine": cpu or machine(), "rows": len(timed),
+            "geomean_x_ort": round(float(math.exp(sum(map(math.log, ratios)) / len(ratios))), 3) if ratios else None,
+            "slower_than_ort": sum(x > 1 for x in ratios),
+            "table": [{k: r.get(k) for k in ("arch", "source", "exporter", "hetc_ms", "ort_ms", "x_ort")}
+                      for r in timed]}
+
+
+def _print_speed(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    cpu = result["machine"]
+    table = Table(title=f"hetc / onnxruntime latency, slowest first -- {cpu.get('cpu_model')} "
+                        f"(LLVM {cpu.get('llvm_mcpu')}; {', '.join(cpu.get('simd', []))}; {cpu.get('cores')} cores)")
+    for h in ("architecture", "source", "exporter", "hetc ms", "onnxruntime ms", "x ORT"):
+        table.add_column(h)
+    for r in result["table"]:
+        table.add_row(r["arch"], r["source"], r["exporter"], f"{r['hetc_ms']:.3f}", f"{r['ort_ms']:.3f}",
+                      f"{r['x_ort']:.2f}")
+    Console(width=160).print(table)
+    print(f"geomean x ORT over {result['rows']} rows: {result['geomean_x_ort']}; "
+          f"slower than onnxruntime: {result['slower_than_ort']}")
 
 
 def counts(names: list[str]) -> dict[str, int]:

@@ -125,3 +125,22 @@ def test_zoo_source_row_passes(name, tmp_path):
         pytest.skip(f"set {model_zoo.PYTHON_ENV}{source.upper()} to a Python that exports {source}")
     row = model_zoo.run_one(name, ZOO[name].exporters[0], tmp_path, repeat=1, timeout=600, python=python)
     assert row["status"] == "pass", row
+
+
+def test_speed_table_sorts_by_ratio_and_names_the_cpu(tmp_path, capsys):
+    rows = [{"arch": "a", "source": "timm", "exporter": "torchscript", "status": "pass", "hetc_ms": 2.0,
+             "ort_ms": 1.0, "x_ort": 2.0},
+            {"arch": "b", "source": "timm", "exporter": "dynamo", "status": "pass", "hetc_ms": 1.0, "ort_ms": 2.0,
+             "x_ort": 0.5},
+            {"arch": "c", "source": "timm", "exporter": "dynamo", "status": "pass", "hetc_ms": 4.0, "ort_ms": 1.0,
+             "x_ort": 4.0},
+            {"arch": "d", "source": "timm", "exporter": "dynamo", "status": "hetc-failed", "reason": "x"}]
+    result = model_zoo.speed(rows)
+    assert [r["arch"] for r in result["table"]] == ["c", "a", "b"]  # slowest first; failures left out
+    assert result["geomean_x_ort"] == pytest.approx(4 ** (1 / 3) * 2 ** (1 / 3) * 0.5 ** (1 / 3), rel=1e-3)
+    assert result["slower_than_ort"] == 2 and result["machine"]["llvm_mcpu"]
+    saved = tmp_path / "zoo.json"
+    saved.write_text(__import__("json").dumps({"rows": rows, "summary": model_zoo.summary(rows)}))
+    assert model_zoo.main(["--report", str(saved), "--speed"]) == 0
+    out = capsys.readouterr().out
+    assert "slowest first" in out and result["machine"]["llvm_mcpu"] in out and "geomean x ORT over 3 rows" in out
