@@ -35,6 +35,7 @@ def inference_passes() -> list[Stage]:
 
 
 def simplify_passes() -> list[Stage]:
+    from .conv3d import conv3d_as_conv2d_pass
     from .fold_numpy import fold_numpy_pass
     from .legalize_dynamic import legalize_dynamic_pass
     from .simplify_ops import simplify_ops_pass
@@ -45,6 +46,8 @@ def simplify_passes() -> list[Stage]:
               lambda: legalize_dynamic_pass),
         Stage("simplify_ops", "drop one-input concats; small integer powers as products; zero pads into convs",
               lambda: simplify_ops_pass),
+        Stage("conv3d_as_conv2d", "conv3d as one conv2d over depth-stacked channels (hetc schedules conv2d)",
+              lambda: conv3d_as_conv2d_pass),
         Stage("fold_numpy", "evaluate cheap ops on constants with numpy (FoldConstant builds each)",
               lambda: fold_numpy_pass),
         Stage("fold_constants", "evaluate subgraphs whose inputs are all constants",
