@@ -37,6 +37,7 @@ def inference_passes() -> list[Stage]:
 def simplify_passes() -> list[Stage]:
     from .conv3d import conv3d_as_conv2d_pass
     from .fold_numpy import fold_numpy_pass
+    from .grouped_conv import split_grouped_conv_pass
     from .legalize_dynamic import legalize_dynamic_pass
     from .simplify_ops import simplify_ops_pass
 
@@ -48,6 +49,8 @@ def simplify_passes() -> list[Stage]:
               lambda: simplify_ops_pass),
         Stage("conv3d_as_conv2d", "conv3d as one conv2d over depth-stacked channels (hetc schedules conv2d)",
               lambda: conv3d_as_conv2d_pass),
+        Stage("split_grouped_conv", "a grouped conv2d as one conv2d per group, concatenated",
+              lambda: split_grouped_conv_pass),
         Stage("fold_numpy", "evaluate cheap ops on constants with numpy (FoldConstant builds each)",
               lambda: fold_numpy_pass),
         Stage("fold_constants", "evaluate subgraphs whose inputs are all constants",
