@@ -7,7 +7,7 @@ depthwise kernel cover ``groups == 1`` and ``groups == channels``; a conv in bet
 conv2d on a channel slice (the weight slices fold at compile time), and the outputs are
 concatenated on the channel axis: 1.3-2.2x onnxruntime on the same layers (docs/cpu.md).
 
-Applies to NCHW/OIHW convs with ``1 < groups < in_channels`` and at most ``MAX_GROUPS``
+Applies to NCHW/OIHW and NHWC/OHWI convs with ``1 < groups < in_channels`` and at most ``MAX_GROUPS``
 groups (each group is a kernel call); a symbolic batch is fine.
 """
 
@@ -28,19 +28,20 @@ def split_groups(call: relax.Call) -> relax.Expr | None:
     attrs = call.attrs
     groups = int(attrs.groups)
     x, w = call.args
-    if groups <= 1 or groups > MAX_GROUPS or str(attrs.data_layout) != "NCHW" or str(
-            attrs.kernel_layout) != "OIHW" or str(attrs.out_layout) != "NCHW":
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+    if groups <= 1 or groups > MAX_GROUPS or layouts not in (("NCHW", "OIHW", "NCHW"), ("NHWC", "OHWI", "NHWC")):
         return None
     if not (hasattr(getattr(x.ty, "shape", None), "values") and hasattr(getattr(w.ty, "shape", None), "values")):
         return None
-    channels, outputs = x.ty.shape.values[1], w.ty.shape.values[0]
+    axis = layouts[0].index("C")
+    channels, outputs = x.ty.shape.values[axis], w.ty.shape.values[0]
     if not isinstance(channels, tirx.IntImm) or not isinstance(outputs, tirx.IntImm) or int(channels) == groups:
         return None  # depthwise: hetc's sliding-window kernel
-    xs, ws = relax.op.split(x, groups, axis=1), relax.op.split(w, groups, axis=0)
+    xs, ws = relax.op.split(x, groups, axis=axis), relax.op.split(w, groups, axis=0)
     out_dtype = None if attrs.out_dtype is None or str(attrs.out_dtype) == "" else str(attrs.out_dtype)
     parts = [relax.op.nn.conv2d(relax.TupleGetItem(xs, g), relax.TupleGetItem(ws, g), attrs.strides, attrs.padding,
-                                attrs.dilation, 1, out_dtype=out_dtype) for g in range(groups)]
-    return relax.op.concat(parts, axis=1)
+                                attrs.dilation, 1, *layouts, out_dtype=out_dtype) for g in range(groups)]
+    return relax.op.concat(parts, axis=axis)
 
 
 @mutator

@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 
 from ..errors import last_line
-from .pipeline import Stage, relax_op_counts, rewrite_functions
+from .pipeline import Stage, rewrite_functions
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ def inference_passes() -> list[Stage]:
 
 
 def simplify_passes() -> list[Stage]:
+    from .conv1d import conv1d_as_conv2d_pass
     from .conv3d import conv3d_as_conv2d_pass
     from .fold_numpy import fold_numpy_pass
     from .grouped_conv import split_grouped_conv_pass
@@ -47,6 +48,8 @@ def simplify_passes() -> list[Stage]:
               lambda: legalize_dynamic_pass),
         Stage("simplify_ops", "drop one-input concats; small integer powers as products; zero pads into convs",
               lambda: simplify_ops_pass),
+        Stage("conv1d_as_conv2d", "conv1d as conv2d over a height of one (hetc schedules conv2d)",
+              lambda: conv1d_as_conv2d_pass),
         Stage("conv3d_as_conv2d", "conv3d as one conv2d over depth-stacked channels (hetc schedules conv2d)",
               lambda: conv3d_as_conv2d_pass),
         Stage("split_grouped_conv", "a grouped conv2d as one conv2d per group, concatenated",
@@ -88,15 +91,37 @@ def _convert_conv_layout(desired: dict) -> tvm.transform.Pass:
 
     @tvm.transform.module_pass(opt_level=0, name="HetcConvertConvLayout")
     def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if not relax_op_counts(mod)["relax.nn.conv2d"]:
-            return mod
+        if not _convs_to_convert(mod, desired["relax.nn.conv2d"][0]):
+            return mod  # none, or all in the layout already (conv1d's rewrite makes them NHWC)
         try:
-            return relax.transform.ConvertLayout(desired)(mod)
+            converted = relax.transform.ConvertLayout(desired)(mod)
         except (RuntimeError, ValueError, IndexError) as err:  # TVM's check failures (Keypoint R-CNN: IndexError)
             log.warning("layout conversion skipped: %s", last_line(err))
             return mod
+        # TVM 0.27 can leave a function using a variable it no longer binds (a conv2d between
+        # two reshapes, as conv1d becomes: wav2vec2's feature extractor): keep the layout
+        unbound = [gv.name_hint for gv, f in converted.functions.items()
+                   if isinstance(f, relax.Function) and relax.analysis.free_vars(f)]
+        if unbound:
+            log.warning("layout conversion skipped: it left %s using unbound variables", ", ".join(unbound))
+            return mod
+        return converted
 
     return apply
+
+
+def _convs_to_convert(mod: tvm.IRModule, layout: str) -> int:
+    """The conv2d calls not yet in ``layout``."""
+    conv2d, count = tvm.ir.Op.get("relax.nn.conv2d"), [0]
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and expr.op.same_as(conv2d) and str(expr.attrs.data_layout) != layout:
+            count[0] += 1
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return count[0]
 
 
 def _round_half_even(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
