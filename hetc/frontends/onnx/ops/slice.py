@@ -7,8 +7,10 @@ unbounded values: T5's relative position bias, ``bias[:, :, -seq:, :]``, is ``st
 (``Literal value 36893488147419103228 exceeds range of int64``). Here each start and end is
 resolved as the ONNX spec says (a negative value counts from the end, then clamped to
 ``[0, dim]``), simplified over the declared dim ranges (``min(INT64_MAX, seq)`` is ``seq``), and
-the slice is then in bounds, as TVM assumes. Negative steps, run-time bounds and all-integer
-slices (which TVM clamps itself) are left to TVM's converter. MPT's ALiBi table (a constant of
+the slice is then in bounds, as TVM assumes. Integer bounds on a symbolic dim are resolved
+here too: TVM's clamping leaves ``min(INT64_MAX, d)``, which its simplifier cannot reduce (and
+overflows on in sums). Negative steps, run-time bounds and integer bounds on static dims are
+left to TVM's converter. MPT's ALiBi table (a constant of
 128 positions) sliced ``[128 - seq:]`` took the same path.
 """
 
@@ -19,6 +21,8 @@ from tvm import relax, tirx
 
 from .. import symbolic
 from ..registry import Attrs, ConvertContext, converter
+
+_HUGE = 2**62  # bounds past any dim: ONNX's "to the end" is INT64_MAX (and INT64_MIN backwards)
 
 
 def _values(expr) -> list | None:
@@ -36,6 +40,10 @@ def _resolve(value, dim):
     """An ONNX start or end as an index in ``[0, dim]`` (an int, or a simplified PrimExpr)."""
     zero = tirx.const(0, "int64")
     if isinstance(value, int):
+        if value >= _HUGE:  # "to the end" (INT64_MAX): the dim itself, not min(INT64_MAX, dim),
+            return symbolic.simplify(dim)  # which TVM's simplifier cannot reduce without a range
+        if value <= -_HUGE:
+            return 0
         v = tirx.const(value, "int64")
         index = v + dim if value < 0 else v
     else:
@@ -53,10 +61,12 @@ def slice_(ctx: ConvertContext, inputs: list, attrs: Attrs):
     if any(p is NotImplemented for p in parts):
         return NotImplemented  # run-time bounds, axes or steps
     starts, ends, axes, steps = parts
-    if all(isinstance(v, int) for v in [*starts, *ends]):
-        return NotImplemented  # integers: TVM clamps them
     rank = x.ty.ndim
     axes = list(range(len(starts))) if axes is None else axes
+    shape = x.ty.shape.values
+    if all(isinstance(v, int) for v in [*starts, *ends]) and all(
+            isinstance(a, int) and -rank <= a < rank and isinstance(shape[a % rank], tirx.IntImm) for a in axes):
+        return NotImplemented  # integers on static dims: TVM clamps them
     steps = [1] * len(starts) if steps is None else steps
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise ctx.error(f"starts, ends, axes and steps have lengths {len(starts)}, {len(ends)}, "
@@ -65,7 +75,6 @@ def slice_(ctx: ConvertContext, inputs: list, attrs: Attrs):
         raise ctx.error(f"axes {axes} are not axes of a rank-{rank} input")
     if not all(isinstance(s, int) and s > 0 for s in steps):
         return NotImplemented  # a negative or symbolic step: TVM's converter
-    shape = x.ty.shape.values
     axes = [a % rank for a in axes]
     begin = [_resolve(s, shape[a]) for s, a in zip(starts, axes)]
     end = [_resolve(e, shape[a]) for e, a in zip(ends, axes)]
