@@ -127,12 +127,19 @@ def test_cost_rule_picks_by_shape():
     assert choose(geo(2, 512), "2")[0] == 2
 
 
-@pytest.mark.parametrize("kwargs", [{"stride": 2}, {"dilation": 2, "pads": (2, 2, 2, 2)}, {"group": 4}])
+@pytest.mark.parametrize("kwargs", [{"stride": 2}, {"dilation": 2, "pads": (2, 2, 2, 2)}])
 def test_ineligible_convs_stay_direct(kwargs):
     model = _conv(1, 32, 12, 12, 32, **kwargs)
     compiled = _check(model, "4", rel=1e-4)
     assert "winograd" not in compiled.report["kernels"].values()
     assert compiled.report["winograd"] == []
+
+
+def test_grouped_conv_is_split_into_convs_winograd_can_take():
+    """A grouped conv becomes one conv per group (passes/grouped_conv.py): each is a 3x3 stride-1
+    conv, so a forced Winograd takes all four."""
+    compiled = _check(_conv(1, 32, 12, 12, 32, group=4), "4", rel=1e-4)
+    assert len(compiled.report["winograd"]) == 4
 
 
 def test_resnet_block_default_mixes_winograd_and_direct():
