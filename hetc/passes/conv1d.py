@@ -12,13 +12,9 @@ is not faster either way. NCW/OIW only; the batch and length may be symbolic.
 
 from __future__ import annotations
 
-import tvm
 from tvm import relax, tirx
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .pipeline import rewrite_functions
-
-_CONV1D = tvm.ir.Op.get("relax.nn.conv1d")
+from .pipeline import call_rewrite_pass
 
 
 def as_conv2d(call: relax.Call) -> relax.Expr | None:
@@ -45,17 +41,4 @@ def as_conv2d(call: relax.Call) -> relax.Expr | None:
     return relax.op.permute_dims(relax.op.reshape(y, relax.ShapeExpr([n, width, o])), [0, 2, 1])
 
 
-@mutator
-class _Conv1d(PyExprMutator):  # pylint: disable=abstract-method
-    def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
-        call = super().visit_call_(call)
-        if isinstance(call, relax.Call) and call.op.same_as(_CONV1D):
-            planar = as_conv2d(call)
-            if planar is not None:
-                return planar
-        return call
-
-
-@tvm.transform.module_pass(opt_level=0, name="HetcConv1dAsConv2d")
-def conv1d_as_conv2d_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    return rewrite_functions(_Conv1d(mod), mod)
+conv1d_as_conv2d_pass = call_rewrite_pass("HetcConv1dAsConv2d", "relax.nn.conv1d", as_conv2d)

@@ -16,13 +16,9 @@ the depth axis only). The batch may be symbolic. Grouped and other-layout conv3d
 
 from __future__ import annotations
 
-import tvm
 from tvm import relax, tirx
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .pipeline import rewrite_functions
-
-_CONV3D = tvm.ir.Op.get("relax.nn.conv3d")
+from .pipeline import call_rewrite_pass
 
 
 def _depth_out(depth, pad: int, taps: int, stride: int, dilation: int):
@@ -67,17 +63,4 @@ def as_conv2d(call: relax.Call) -> relax.Expr | None:
     return relax.op.permute_dims(y, [0, 2, 1, 3, 4])
 
 
-@mutator
-class _Conv3d(PyExprMutator):  # pylint: disable=abstract-method
-    def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
-        call = super().visit_call_(call)
-        if isinstance(call, relax.Call) and call.op.same_as(_CONV3D):
-            rewritten = as_conv2d(call)
-            if rewritten is not None:
-                return self.builder_.normalize(rewritten)
-        return call
-
-
-@tvm.transform.module_pass(opt_level=0, name="HetcConv3dAsConv2d")
-def conv3d_as_conv2d_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    return rewrite_functions(_Conv3d(mod), mod)
+conv3d_as_conv2d_pass = call_rewrite_pass("HetcConv3dAsConv2d", "relax.nn.conv3d", as_conv2d)

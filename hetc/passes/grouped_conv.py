@@ -13,13 +13,10 @@ groups (each group is a kernel call); a symbolic batch is fine.
 
 from __future__ import annotations
 
-import tvm
 from tvm import relax, tirx
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .pipeline import rewrite_functions
+from .pipeline import call_rewrite_pass
 
-_CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 MAX_GROUPS = 64
 
 
@@ -44,17 +41,4 @@ def split_groups(call: relax.Call) -> relax.Expr | None:
     return relax.op.concat(parts, axis=axis)
 
 
-@mutator
-class _Groups(PyExprMutator):  # pylint: disable=abstract-method
-    def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
-        call = super().visit_call_(call)
-        if isinstance(call, relax.Call) and call.op.same_as(_CONV2D):
-            rewritten = split_groups(call)
-            if rewritten is not None:
-                return self.builder_.normalize(rewritten)
-        return call
-
-
-@tvm.transform.module_pass(opt_level=0, name="HetcSplitGroupedConv")
-def split_grouped_conv_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    return rewrite_functions(_Groups(mod), mod)
+split_grouped_conv_pass = call_rewrite_pass("HetcSplitGroupedConv", "relax.nn.conv2d", split_groups)

@@ -58,6 +58,31 @@ def rewrite_functions(mutator, mod: tvm.IRModule, funcs: dict | None = None) -> 
     return mutator.builder_.get()
 
 
+def call_rewrite_pass(name: str, op_name: str, rewrite: Callable[[relax.Call], relax.Expr | None]):
+    """A module pass that replaces each call of the Relax operator ``op_name`` (after its
+    arguments are rewritten) by ``rewrite(call)``, where that returns an expression (None keeps
+    the call): the shape of hetc's one-op rewrites (``passes/conv3d.py``, ...)."""
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    op = tvm.ir.Op.get(op_name)
+
+    @mutator
+    class _Rewrite(PyExprMutator):  # pylint: disable=abstract-method
+        def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
+            call = super().visit_call_(call)
+            if isinstance(call, relax.Call) and call.op.same_as(op):
+                replaced = rewrite(call)
+                if replaced is not None:
+                    return self.builder_.normalize(replaced)
+            return call
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return rewrite_functions(_Rewrite(mod), mod)
+
+    return apply
+
+
 def relax_op_counts(mod: tvm.IRModule) -> Counter[str]:
     """Calls per Relax operator name (``relax.nn.conv2d``, ``relax.call_tir``, ...) in all Relax functions."""
     counts: Counter[str] = Counter()
