@@ -273,8 +273,8 @@ class Budget:
 
 def check_model(name: str, info: dict, root: Path, device, runtime, args) -> tuple[dict, dict]:
     """Phase 1 for one model: restore its weights, load, compare with torch eager, time hetc and
-    eager (and profile hetc's kernels for the ``PROFILED`` models). Returns (the result, what later phases need: the torch model and each case's feeds and
-    hetc call)."""
+    eager (and profile hetc's kernels for the ``PROFILED`` models). Returns (the result, what
+    later phases need: the torch model and each case's feeds and hetc call)."""
     g = artifacts_mod
     spec = g.Spec(**info["spec"])
     result = {"model": name, "target": spec.target}

@@ -9,9 +9,9 @@ resolved as the ONNX spec says (a negative value counts from the end, then clamp
 ``[0, dim]``), simplified over the declared dim ranges (``min(INT64_MAX, seq)`` is ``seq``), and
 the slice is then in bounds, as TVM assumes. Integer bounds on a symbolic dim are resolved
 here too: TVM's clamping leaves ``min(INT64_MAX, d)``, which its simplifier cannot reduce (and
-overflows on in sums). Negative steps, run-time bounds and integer bounds on static dims are
-left to TVM's converter. MPT's ALiBi table (a constant of
-128 positions) sliced ``[128 - seq:]`` took the same path.
+overflows on in sums). MPT's ALiBi table (a constant of 128 positions) sliced ``[128 - seq:]``
+took the same path. Negative steps, run-time bounds and integer bounds on static dims are left
+to TVM's converter.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ _HUGE = 2**62  # bounds past any dim: ONNX's "to the end" is INT64_MAX (and INT6
 
 
 def _values(expr) -> list | None:
-    """The elements of a compile-time vector: ints and PrimExprs, or None."""
+    """The elements of a compile-time vector (ints and PrimExprs), None for an absent input,
+    NotImplemented for one only the run time knows."""
     if expr is None:
         return None
     if isinstance(expr, tvm.ir.GenericConst):
