@@ -21,7 +21,9 @@ sweep; ``--timeout`` each):
    / max |ort| over the outputs and both batch sizes, and the latency of both taken alternately
    at the first (medians of ``--repeat``; ``hetc.benchmark.compare_with_onnxruntime``).
 
-Statuses: ``pass`` (within 1e-4), ``mismatch``, ``hetc-failed`` (hetc's one-line error),
+Statuses: ``pass`` (within 1e-4, or, where onnxruntime's optimized and unoptimized runs already
+differ by more -- detectors with random weights, whose near-tied scores and boxes rounded to
+pixels amplify float differences -- within twice that spread, recorded as ``ort_spread``), ``mismatch``, ``hetc-failed`` (hetc's one-line error),
 ``crashed``, ``timeout`` count against hetc; ``export-failed``, ``ort-failed`` (the exporter or
 onnxruntime fails on the exported graph) and ``skipped`` (the library does not import) are listed
 apart. Prints the tables and writes JSON (with the machine: CPU model, LLVM CPU, SIMD flags).
@@ -200,6 +202,9 @@ def measure(model: Path, repeat: int) -> dict:
     compiled = hetc.compile(model, "cpu")
     row["compile_s"] = time.perf_counter() - start
     row["max_rel_err"] = max(_rel_err(compiled.run(x), e) for x, e in zip(sets, expected))
+    if row["max_rel_err"] > TOLERANCE:  # is onnxruntime itself that close to itself?
+        unoptimized = ort_session(model, optimize=False)
+        row["ort_spread"] = max(_rel_err(unoptimized.run(None, x), e) for x, e in zip(sets, expected))
     row["batches"] = [int(next(iter(x.values())).shape[0]) if x else 0 for x in sets]
     timing = compare_with_onnxruntime(model, compiled, sets[0], repeat=repeat, session=session)
     row.update(hetc_ms=timing["results"]["hetc"]["median_ms"], ort_ms=timing["results"]["onnxruntime"]["median_ms"],
@@ -231,7 +236,7 @@ def _measure_child(args) -> int:
     try:
         row = measure(path, args.repeat)
         if "status" not in row:
-            row["status"] = "pass" if row["max_rel_err"] <= TOLERANCE else "mismatch"
+            row["status"] = "pass" if row["max_rel_err"] <= max(TOLERANCE, 2 * row.get("ort_spread", 0)) else "mismatch"
     except Exception as err:  # noqa: BLE001
         row = {"status": "hetc-failed", "reason": _one_line(err)}
     print(json.dumps(row), flush=True)

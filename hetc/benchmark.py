@@ -25,8 +25,9 @@ def random_inputs(specs, seed: int = 0) -> dict[str, np.ndarray]:
     return inputs
 
 
-def ort_session(model: Path, threads: int = 0, spinning: bool = False):
-    """An onnxruntime CPU session for timing next to hetc (``threads`` 0: onnxruntime's default).
+def ort_session(model: Path, threads: int = 0, spinning: bool = False, optimize: bool = True):
+    """An onnxruntime CPU session for timing next to hetc (``threads`` 0: onnxruntime's default;
+    ``optimize=False``: without its graph optimizations, for its own numerical spread).
 
     By default its workers sleep instead of spinning: with runs alternating call by call
     (``in_turns``), onnxruntime's spinning workers would steal the cores that TVM's thread pool
@@ -40,6 +41,8 @@ def ort_session(model: Path, threads: int = 0, spinning: bool = False):
         options.intra_op_num_threads = threads
     if not spinning:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
 
 

@@ -45,11 +45,15 @@ def save(model: onnx.ModelProto, path: Path) -> Path:
     return path
 
 
-def ort_run(model: onnx.ModelProto | Path, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+def ort_run(model: onnx.ModelProto | Path, inputs: dict[str, np.ndarray], optimize: bool = True) -> list[np.ndarray]:
     import onnxruntime as ort
 
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    return ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, inputs)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # a Loop whose state grows warns at every iteration
+    if not optimize:  # onnxruntime without its graph fusions: its own numerical spread
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(None, inputs)
 
 
 def assert_close(actual: np.ndarray, expected: np.ndarray, rel: float = 1e-4) -> None:

@@ -68,14 +68,49 @@ def _compare(name: str, tmp_path) -> dict[str, float]:
     return errors
 
 
-MASKS_OPEN = ("compiles (paste_masks_in_image's Loop included), but the run stops on a dim the model "
-              "computes as 1 that is 2 with these inputs (a static size the export's shape information "
-              "gives inside the mask-pasting loop)")
+def _edges(masks: np.ndarray) -> np.ndarray:
+    """Pixels of binary masks ``[n, h, w]`` whose 3x3 neighbourhood holds both values."""
+    padded = np.pad(masks, ((0, 0), (1, 1), (1, 1)))
+    h, w = masks.shape[1:]
+    window = np.stack([padded[:, i:i + h, j:j + w] for i in range(3) for j in range(3)])
+    return window.max(0) != window.min(0)
+
+
+def _compare_masks(path: Path, inputs: dict) -> None:
+    """Mask R-CNN against onnxruntime, within onnxruntime's own spread: its optimized and
+    unoptimized runs of this random-weight model differ by 1.4e-4 in scores and 1.1e-4 x 128 in
+    boxes, more than 1e-4. So detections are matched (same label, scores within that spread:
+    near-ties may come out in either order), boxes and scores must agree within twice
+    onnxruntime's spread, and masks (pasted at boxes rounded to pixels) may differ only on mask
+    borders, where a sub-pixel move of the box shifts the edge."""
+    expected = ort_run(path, inputs)
+    unoptimized = ort_run(path, inputs, optimize=False)
+    boxes, labels, scores, masks = (np.asarray(v) for v in hetc.compile(path, target="cpu").run(inputs).values())
+    assert boxes.shape == expected[0].shape and masks.shape == expected[3].shape and len(boxes) > 0
+    spread_box = max(float(np.abs(expected[0] - unoptimized[0]).max()), 1e-4 * float(np.abs(expected[0]).max()))
+    spread_score = max(float(np.abs(expected[2] - unoptimized[2]).max()), 1e-4)
+    order = []
+    for i in range(len(boxes)):
+        close = [j for j in range(len(boxes)) if expected[1][j] == labels[i]
+                 and abs(expected[2][j] - scores[i]) <= 2 * spread_score]
+        assert close, f"detection {i} (label {labels[i]}, score {scores[i]:.5f}) has no counterpart"
+        order.append(min(close, key=lambda j: float(np.abs(expected[0][j] - boxes[i]).max())))
+    assert sorted(order) == list(range(len(boxes))), "detections do not pair up one to one"
+    assert np.abs(boxes - expected[0][order]).max() <= 2 * spread_box
+    assert np.abs(scores - expected[2][order]).max() <= 2 * spread_score
+    mine, theirs = masks[:, 0] > 0.5, expected[3][order][:, 0] > 0.5
+    off_edge = (mine != theirs) & ~(_edges(mine) | _edges(theirs))
+    assert not off_edge.any(), f"{int(off_edge.sum())} mask pixels differ away from a mask border"
 
 
 @pytest.mark.parametrize("name", [
     "ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn", "retinanet_resnet50_fpn",
-    pytest.param("maskrcnn_resnet50_fpn", marks=pytest.mark.xfail(reason=MASKS_OPEN, strict=True)),
     "keypointrcnn_resnet50_fpn"])
 def test_detection_model_matches_onnxruntime(name, tmp_path):
     _compare(name, tmp_path)
+
+
+def test_mask_rcnn_matches_onnxruntime(tmp_path):
+    """Its masks come out of paste_masks_in_image's Loop, whose state grows by a mask per
+    iteration (the export declares it at its first iteration's size)."""
+    _compare_masks(*_export("maskrcnn_resnet50_fpn", tmp_path))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from conftest import assert_close, ort_run
 from onnx import TensorProto, helper
@@ -111,6 +112,26 @@ def test_loop_carried_value_that_grows():
     model = make([helper.make_node("Loop", ["M", "", "v0"], ["v"], body=body)],
                  [_scalar("M", I64), tensor("v0", [2])], [tensor("v", [None])])
     _check(model, [{"M": np.array(m, I64), "v0": np.array([7, 8], F32)} for m in (3, 20)])
+
+
+def test_loop_state_that_grows_is_not_fixed_to_the_first_iterations_inferred_shape():
+    """Mask R-CNN's mask pasting: ``res = cat(res, row)`` from ``res = zeros(0, 4)``. torch's
+    exporter declares the body's input with the first iteration's shape, ``[0, 4]``, so ONNX's
+    shape inference says ``[1, 4]`` for every ``cat``; that size must not become a check on the
+    loop's state (it is 2 in the second iteration)."""
+    body = _graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("Expand", ["fi", "row_shape"], ["row"]),
+         helper.make_node("Concat", ["v_in", "row"], ["v_out"], axis=0),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        [_scalar("i", I64), _scalar("c_in", BOOL), tensor("v_in", [0, 4])],
+        [_scalar("c_out", BOOL), tensor("v_out", [None, 4])], {"row_shape": np.array([1, 4], I64)})
+    model = make([helper.make_node("Loop", ["M", "", "v0"], ["v"], body=body)],
+                 [_scalar("M", I64)], [tensor("v", [None, 4])], initializers={"v0": np.zeros((0, 4), F32)})
+    inferred = onnx.shape_inference.infer_shapes(model).graph.node[0].attribute[0].g
+    assert any(v.name == "v_out" and v.type.tensor_type.shape.dim[0].dim_value == 1
+               for v in [*inferred.value_info, *inferred.output])  # the premise: ONNX says [1, 4]
+    _check(model, [{"M": np.array(m, I64)} for m in (1, 3, 20)])
 
 
 @pytest.mark.parametrize("m", [0, 1, 50000])

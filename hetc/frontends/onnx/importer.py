@@ -234,10 +234,20 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
             dims = list(expr.ty.shape.values)
             if inferred is None or len(inferred) != len(dims):
                 continue
-            fixed = [tvm.tirx.IntImm("int64", i) if i is not None and not isinstance(d, tvm.tirx.IntImm) else d
-                     for d, i in zip(dims, inferred)]
+            # ...but not a dim that changes between a loop's iterations: ONNX infers a loop body
+            # from the first iteration's state (Mask R-CNN's pasted masks, ``cat(res, mask)``, as
+            # ``[1, h, w]`` in every iteration)
+            fixed = [tvm.tirx.IntImm("int64", i) if i is not None and not isinstance(d, tvm.tirx.IntImm)
+                     and not self._varies(d) else d for d, i in zip(dims, inferred)]
             if any(f is not d for f, d in zip(fixed, dims)):
                 self._nodes[name] = self.bb.match_cast(expr, relax.TensorType(fixed, expr.ty.dtype))
+
+    # The symbolic dims of the loop state that change between iterations, while a recursive
+    # loop body is converted (ops/control_flow.py sets them).
+    varying_dims: frozenset = frozenset()
+
+    def _varies(self, dim) -> bool:
+        return bool(self.varying_dims) and any(v in self.varying_dims for v in tvm.tirx.analysis.undefined_vars(dim))
 
     def _value(self, name: str) -> np.ndarray | None:
         """The compile-time value of a small integer tensor (ints and symbolic PrimExprs), or None."""

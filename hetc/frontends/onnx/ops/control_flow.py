@@ -183,6 +183,9 @@ def _name(ctx: ConvertContext, default: str) -> str:
 
 # --- loops ------------------------------------------------------------------------------------
 
+VARYING = "loop_state_dim"  # the name of a parameter's dim that changes between iterations
+
+
 class _Dims:
     """One function's parameter types: the caller's dims mapped to the function's own symbolic
     vars (a caller var to the same function var, equal caller expressions to one var of their
@@ -203,7 +206,7 @@ class _Dims:
                 symbolic.declare_like(self.vars[d], d)  # ``seq >= 1`` holds inside too
             return self.vars[d]
         if fresh:
-            return tirx.Var("loop_dim", "int64")
+            return tirx.Var(VARYING, "int64")
         # ``k + k_1`` for the boxes and ``k + k_1`` for their scores stay one dim inside (else
         # adding them infers no shape: torchvision's batched NMS)
         for expr, var in self.exprs:
@@ -294,7 +297,17 @@ class _Loop:
         params = iter(outer_params)
         outer = [_inside(self.bb, next(params)) if _passed(e) else e for e in self.outer]
         n = len(self.carried)
-        return self.step(state[0], state[1], trip, state[2:2 + n], outer, False)
+        importer = self.ctx.importer
+        saved = importer.varying_dims
+        # the parameters' own dims (a dim that changes between iterations): the importer does not
+        # fix them to the sizes ONNX inferred from the first iteration
+        importer.varying_dims = saved | {d for p in state[2:2 + n] if isinstance(p.ty, relax.TensorType)
+                                         and hasattr(p.ty.shape, "values") for d in p.ty.shape.values
+                                         if isinstance(d, tirx.Var) and d.name == VARYING}
+        try:
+            return self.step(state[0], state[1], trip, state[2:2 + n], outer, False)
+        finally:
+            importer.varying_dims = saved
 
     def _probe(self, fresh: list):
         """Convert one iteration to learn the body's output types; its bindings are dropped."""
