@@ -26,6 +26,7 @@ from hetc.frontends.onnx.qdq import fuse_qdq
 from hetc.options import CompileOptions
 
 VNNI = has_vnni(llvm_target(CompileOptions()))
+INT8_RULE = "int8-vnni" if VNNI else "int8-pmaddwd"  # this CPU's int8 kernels (every x86-64 CI has AVX2)
 
 
 def _matmul_integer(m, k, n, zero_points: bool, seed: int):
@@ -53,8 +54,7 @@ def test_matmul_integer_is_exact_on_random_shapes(m, k4, n4, zero_points):
     model, a, want = _matmul_integer(m, 4 * k4, 4 * n4, zero_points, seed=m * 1000 + k4)
     compiled = hetc.compile(model, "cpu")
     np.testing.assert_array_equal(compiled.run({"a": a})["y"], want)
-    if VNNI:
-        assert "int8-vnni" in compiled.report["kernels"].values(), compiled.report["kernels"]
+    assert INT8_RULE in compiled.report["kernels"].values(), compiled.report["kernels"]
 
 
 @pytest.mark.parametrize("n, lanes", [(24, 8), (20, 4), (48, 16)])
@@ -68,11 +68,7 @@ def test_vnni_panels_narrow_to_the_columns(n, lanes, tmp_path):
     compiled = hetc.compile(model, "cpu")
     np.testing.assert_array_equal(compiled.run({"a": a})["y"], want)
     assert "int8-vnni" in compiled.report["kernels"].values(), compiled.report["kernels"]
-    if shutil.which("objdump") is None:
-        pytest.skip("no objdump to read the generated instructions")
-    library = compiled.save(tmp_path / "a") / "cpu" / "model.so"
-    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True,
-                          check=True).stdout
+    code = _objdump(compiled, tmp_path)
     register = {16: "zmm", 8: "ymm", 4: "xmm"}[lanes]
     assert re.search(rf"vpdpbusd\s.*%{register}", code), "no vpdpbusd on " + register
 
@@ -131,8 +127,7 @@ def test_qlinear_conv_matches_the_reference_exactly(shape):
     got = compiled.run({"x": x})["y"]
     np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
     assert np.abs(got.astype(int) - ort_run(model, {"x": x})[0].astype(int)).max() <= 1
-    if VNNI:
-        assert "int8-vnni" in compiled.report["kernels"].values(), compiled.report["kernels"]
+    assert INT8_RULE in compiled.report["kernels"].values(), compiled.report["kernels"]
 
 
 @pytest.mark.parametrize("shape", [
@@ -149,9 +144,56 @@ def test_depthwise_qlinear_conv_in_float_is_exact(shape):
     got = compiled.run({"x": x})["y"]
     np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
     assert np.abs(got.astype(int) - ort_run(model, {"x": x})[0].astype(int)).max() <= 1
-    if VNNI:
-        names = [name for name, rule in compiled.report["kernels"].items() if rule == "sliding-window"]
-        assert any("depthwise_conv2d_u8" in name for name in names), compiled.report["kernels"]
+    names = [name for name, rule in compiled.report["kernels"].items() if rule == "sliding-window"]
+    assert any("depthwise_conv2d_u8" in name for name in names), compiled.report["kernels"]
+
+
+# --- AVX2 without VNNI: vpmaddwd on int16 operands (compiled for haswell, runs on any x86-64
+# CPU CI has: every one of them has AVX2)
+
+def _objdump(compiled, tmp_path) -> str:
+    if shutil.which("objdump") is None:
+        pytest.skip("no objdump to read the generated instructions")
+    library = compiled.save(tmp_path / "a") / "cpu" / "model.so"
+    return subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True,
+                          check=True).stdout
+
+
+@pytest.mark.parametrize("m, k, n", [(9, 32, 24), (40, 192, 96), (5, 8, 4), (3, 30, 20)])
+def test_matmul_integer_on_avx2_is_exact(m, k, n):
+    model, a, want = _matmul_integer(m, k, n, True, seed=m + k)
+    compiled = hetc.compile(model, "cpu", cpu="haswell")
+    np.testing.assert_array_equal(compiled.run({"a": a})["y"], want)
+    if k % 2 == 0 and n % 4 == 0:
+        assert "int8-pmaddwd" in compiled.report["kernels"].values(), compiled.report["kernels"]
+
+
+def test_avx2_kernels_never_saturate(tmp_path):
+    """Every input 255 and weight pairs (-128, -128) / (127, 127): each pair of products sums
+    to +-65,280 (u8 x s8 ``vpmaddubsw`` would clamp that to int16's +-32,767, as onnxruntime's
+    AVX2 kernels do); the int16 ``vpmaddwd`` kernel gives numpy's integers, and its code holds
+    no ``vpmaddubsw``."""
+    k, n = 64, 16
+    w = np.where(np.arange(k * n).reshape(k, n) % 3 == 0, -128, 127).astype(np.int8)
+    model = make([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], [tensor("a", [4, k], np.uint8)],
+                 [tensor("y", [4, n], np.int32)], {"b": w})
+    a = np.full((4, k), 255, np.uint8)
+    compiled = hetc.compile(model, "cpu", cpu="haswell")
+    np.testing.assert_array_equal(compiled.run({"a": a})["y"], a.astype(np.int64) @ w.astype(np.int64))
+    code = _objdump(compiled, tmp_path)
+    assert re.search(r"vpmaddwd\s.*%ymm", code) and "vpmaddubsw" not in code and "vpdpbusd" not in code
+
+
+@pytest.mark.parametrize("shape", [
+    (1, 16, 9, 9, 32, 3, 1, 1), (2, 3, 11, 11, 16, 7, 2, 3), (1, 64, 7, 7, 48, 1, 1, 0), (1, 32, 8, 8, 16, 3, 2, 1),
+], ids=["3x3", "stem", "1x1", "stride2"])
+def test_qlinear_conv_on_avx2_matches_the_reference_exactly(shape):
+    """QLinearConv compiled for an AVX2 CPU without VNNI: the integer conv (input widened to
+    int16 once, ``vpmaddwd``), exactly the ONNX reference."""
+    model, x = _qlinear_conv(*shape, seed=sum(shape) + 1)
+    compiled = hetc.compile(model, "cpu", cpu="haswell")
+    np.testing.assert_array_equal(compiled.run({"x": x})["y"], ReferenceEvaluator(model).run(None, {"x": x})[0])
+    assert "int8-pmaddwd" in compiled.report["kernels"].values(), compiled.report["kernels"]
 
 
 def _qdq_model(tmp_path, depthwise=False, classes=0):
@@ -192,29 +234,29 @@ def _qdq_model(tmp_path, depthwise=False, classes=0):
     return onnx.load(dst)
 
 
-def _fused_within_one_step(model, groups: int, seed: int):
+def _fused_within_one_step(model, groups: int, seed: int, cpu: str | None = None):
     """``model``'s QDQ groups fused (``groups`` of them, all QLinearConv, a valid model), then
-    compiled and run: the output within one step of onnxruntime's (it is DequantizeLinear of a
-    uint8: a step is its scale). Returns the compiled model; skips where no VNNI fuses them."""
+    compiled (for ``cpu``) and run: the output within one step of onnxruntime's (it is
+    DequantizeLinear of a uint8: a step is its scale). Returns the compiled model."""
     fused = onnx.ModelProto()
     fused.CopyFrom(model)
     assert fuse_qdq(fused) == groups
     ops = [n.op_type for n in fused.graph.node]
     assert ops.count("QLinearConv") == groups and "Conv" not in ops and "Gemm" not in ops
     onnx.checker.check_model(fused)
-    if not VNNI:
-        pytest.skip("QDQ groups are fused only where int8 kernels run (AVX512-VNNI)")
     x = np.random.default_rng(seed).standard_normal((1, 8, 10, 10)).astype(np.float32)
-    compiled = hetc.compile(model, "cpu")
+    compiled = hetc.compile(model, "cpu", cpu=cpu)
     got = compiled.run({"x": x})["y"]
     scale = float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name.startswith("y_scale")))
     assert np.abs(got - ort_run(model, {"x": x})[0]).max() <= scale * 1.001
     return compiled, got
 
 
-def test_qdq_convs_fuse_into_qlinear_conv(tmp_path):
-    compiled, _ = _fused_within_one_step(_qdq_model(tmp_path), 2, seed=5)
-    assert list(compiled.report["kernels"].values()).count("int8-vnni") == 2, compiled.report["kernels"]
+@pytest.mark.parametrize("cpu", [None, "haswell"])
+def test_qdq_convs_fuse_into_qlinear_conv(tmp_path, cpu):
+    compiled, _ = _fused_within_one_step(_qdq_model(tmp_path), 2, seed=5, cpu=cpu)
+    rule = "int8-pmaddwd" if cpu == "haswell" else INT8_RULE
+    assert list(compiled.report["kernels"].values()).count(rule) == 2, compiled.report["kernels"]
 
 
 def test_qdq_gemm_runs_as_an_int8_conv(tmp_path):
@@ -223,7 +265,7 @@ def test_qdq_gemm_runs_as_an_int8_conv(tmp_path):
     lanes (1000 = 125 x 8), and the output is onnxruntime's within one step."""
     compiled, got = _fused_within_one_step(_qdq_model(tmp_path, classes=1000), 3, seed=7)
     assert got.shape == (1, 1000)
-    assert list(compiled.report["kernels"].values()).count("int8-vnni") == 3, compiled.report["kernels"]
+    assert list(compiled.report["kernels"].values()).count(INT8_RULE) == 3, compiled.report["kernels"]
 
 
 def test_unnamed_qdq_gemms_fuse_without_clashing_names():

@@ -11,10 +11,12 @@ which no int8 instruction can run. This pass rewrites it to
     conv2d(pad(x, p, value=zx): uint8, W: int8, padding 0, out int32) - zx * sum(W[k])
 
 the same int32 result (the padding, zx, contributes (zx - zx) * w = 0 on both sides), a
-uint8 x int8 contraction that ``vpdpbusd`` computes. A depthwise conv, which has no dot
+uint8 x int8 contraction that ``vpdpbusd`` computes (on CPUs without VNNI, x is widened to
+int16 once, in the padding pass, for ``vpmaddwd``). A depthwise conv, which has no dot
 product for ``vpdpbusd``, becomes one float32 kernel on the uint8 input instead, exact
-(``_depthwise``). Only on CPUs with AVX512-VNNI: elsewhere the int32 form stays (the int8
-form would run scalar).
+(``_depthwise``). Only on CPUs with an int8 dot product (AVX512-VNNI, or AVX2's
+``vpmaddwd``: ``schedules/int8.instruction``): elsewhere the int32 form stays (the int8 form
+would run scalar).
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ def _const_int(expr) -> int | None:
 
 @mutator
 class _Int8Conv(PyExprMutator):  # pylint: disable=abstract-method
-    def __init__(self, mod: tvm.IRModule) -> None:
+    def __init__(self, mod: tvm.IRModule, widen: bool) -> None:
         super().__init__(mod)
-        self.count = 0
+        self.count, self.widen = 0, widen
 
     def _value(self, expr):
         """The call ``expr`` (a variable) is bound to, else ``expr``."""
@@ -107,6 +109,8 @@ class _Int8Conv(PyExprMutator):  # pylint: disable=abstract-method
         extra = -w.shape[-1] % 4
         if any(pads) or extra:
             x = self.builder_.emit(relax.op.nn.pad(x, [0, 0, top, bottom, left, right, 0, extra], pad_value=float(zx)))
+        if self.widen:  # vpmaddwd's int16 operand, widened once per element, not at each use
+            x = self.builder_.emit(relax.op.astype(x, "int16"))
         wq = np.pad(w, [(0, 0)] * 3 + [(0, extra)]).astype(np.int8)
         conv = relax.op.nn.conv2d(x, relax.const(wq), strides=attrs.strides, padding=[0, 0, 0, 0],
                                   dilation=attrs.dilation, groups=1, data_layout="NHWC", kernel_layout="OHWI",
@@ -161,15 +165,21 @@ class _Int8Conv(PyExprMutator):  # pylint: disable=abstract-method
 
 def integer_kernels(options) -> bool:
     """Whether quantized convs run as integer kernels (``CompileOptions`` -> bool): a CPU-only
-    build for a CPU with AVX512-VNNI. Elsewhere a QDQ conv stays a float32 conv between its
-    roundings, which runs faster there than an int32 conv (``frontends/onnx/qdq.py``)."""
+    build for a CPU with an int8 dot product (AVX512-VNNI, or AVX2). Elsewhere a QDQ conv
+    stays a float32 conv between its roundings, which runs faster there than an int32 conv
+    (``frontends/onnx/qdq.py``)."""
     from .codegen import llvm_target
-    from .schedules.int8 import has_vnni
+    from .schedules.int8 import instruction
 
-    return tuple(options.targets) == ("cpu",) and has_vnni(llvm_target(options))
+    return tuple(options.targets) == ("cpu",) and instruction(llvm_target(options)) is not None
 
 
-@tvm.transform.module_pass(opt_level=0, name="HetcInt8Conv")
-def int8_conv_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    """Integer convs (NHWC) on uint8 activations and int8 weights, ready for ``vpdpbusd``."""
-    return rewrite_functions(_Int8Conv(mod), mod)
+def int8_conv_pass(widen: bool) -> tvm.transform.Pass:
+    """Integer convs (NHWC) on uint8 activations and int8 weights, ready for ``vpdpbusd``; with
+    ``widen`` (CPUs without VNNI: ``vpmaddwd``) on the activations widened to int16."""
+
+    @tvm.transform.module_pass(opt_level=0, name="HetcInt8Conv")
+    def rewrite(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return rewrite_functions(_Int8Conv(mod, widen), mod)
+
+    return rewrite

@@ -26,7 +26,7 @@ from .codegen import llvm_target
 from .fold_packing import fold_packing_pass
 from .schedules import default_schedule_pass, split_weight_packing_pass
 from .int8 import int8_conv_pass
-from .schedules.int8 import has_vnni
+from .schedules.int8 import VNNI, instruction
 from .winograd import winograd_pass
 
 
@@ -59,12 +59,13 @@ def transpose_matmul_passes() -> list[Stage]:
 def winograd_passes(options: CompileOptions) -> list[Stage]:
     """3x3 stride-1 convs as Winograd transforms around a batched GEMM, where the cost rule
     (or ``--winograd``) picks it (``winograd.py``); integer convs in the form the int8 kernels
-    take, on CPUs with VNNI (``int8.py``). Both after the layout passes (NHWC convs)."""
+    take, on CPUs with an int8 dot product (``int8.py``). Both after the layout passes (NHWC convs)."""
     stages = [Stage("winograd", "3x3 stride-1 convs as Winograd F(m x m, 3x3) where it pays",
                     lambda: winograd_pass(options.winograd))]
-    if has_vnni(llvm_target(options)):
-        stages.append(Stage("int8_conv", "integer convs on raw uint8/int8 values, for the VNNI kernels",
-                            lambda: int8_conv_pass))
+    kind = instruction(llvm_target(options))
+    if kind is not None:
+        stages.append(Stage("int8_conv", "integer convs on raw uint8/int8 values, for the int8 kernels",
+                            lambda: int8_conv_pass(widen=kind is not VNNI)))
     return stages
 
 

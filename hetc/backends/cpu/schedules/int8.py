@@ -1,4 +1,4 @@
-"""The int8 rule: uint8 x int8 -> int32 contractions (quantized matmuls and convs) with VNNI.
+"""The int8 rules: uint8 x int8 -> int32 contractions (quantized matmuls and convs), exact.
 
 Takes one reduction block ``C[.., i, j] += int32(A[.., k]) * int32(W[.., j, .., k])`` where A
 is uint8 (activations), W an int8 compile-time constant (weights), C int32, the innermost
@@ -22,13 +22,18 @@ of 4 products of uint8 and int8 fits an int32: the result is exact.
 
 TVM 0.27's own ``dot_16x4_vnni`` intrinsic (``tvm.s_tir.tensor_intrin.x86``) no longer
 verifies against its LLVM (the intrinsic takes ``<64 x i8>`` operands now, not ``<16 x
-i32>``), and its accumulator must live in global memory; ``VNNI_LOCAL`` below is the same
+i32>``), and its accumulator must live in global memory; ``VNNI`` below is the same
 instruction on a register tile.
+
+Without VNNI (AVX2: every x86 CPU before Ice Lake / Zen 4) the same tile steps with
+``vpmaddwd`` on operands widened to int16 (``PMADDWD``, rule ``int8-pmaddwd``): 2 products per
+lane per step instead of 4, never saturating, so the result is the exact integer one too.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import tvm
 from tvm import tirx
@@ -48,7 +53,6 @@ from .common import (
 )
 
 ROWS = (8, 7, 6, 5, 4, 3, 2, 1)  # register-tile rows, the largest that divides the rows
-REGISTERS = 28  # accumulators a tile may use (of AVX-512's 32 registers)
 
 
 def _intrinsic(lanes: int) -> tuple:
@@ -56,57 +60,137 @@ def _intrinsic(lanes: int) -> tuple:
     (16: zmm, 8: ymm, 4: xmm; the narrower forms need AVX512-VL, which every AVX512-VNNI CPU
     has): ``c[i] += sum_k a[k] * b[i, k]`` for k < 4, ``a`` broadcast to every lane."""
 
+    def impl_body(a, b, c):
+        four = T.reinterpret(a.vload([0], "uint8x4"), dtype="int32")
+        return T.call_llvm_pure_intrin(
+            T.llvm_lookup_intrinsic_id(f"llvm.x86.avx512.vpdpbusd.{32 * lanes}"),
+            c.vload([0], dtype=f"int32x{lanes}"), T.reinterpret(T.broadcast(four, lanes), dtype=f"int8x{4 * lanes}"),
+            b.vload([0, 0], dtype=f"int8x{4 * lanes}"), dtype=f"int32x{lanes}")
+
+    return _dot(lanes, 4, impl_body)
+
+
+# pmaddwd by register width: lanes of int32 -> LLVM intrinsic (two int16 products per lane)
+_PMADDWD = {16: "llvm.x86.avx512.pmaddw.d.512", 8: "llvm.x86.avx2.pmadd.wd", 4: "llvm.x86.sse2.pmadd.wd"}
+
+
+def _widened(lanes: int, a_dtype: str) -> tuple:
+    """(description, implementation) of ``c[i] += a[0] * b[i, 0] + a[1] * b[i, 1]`` on CPUs
+    without VNNI: both operands widened to int16 (uint8 zero-extended -- or already int16 in
+    memory, a conv's input widened once by ``backends/cpu/int8.py``: then the pair is one
+    ``vpbroadcastd`` -- and int8 sign-extended: the weights in the same load, ``vpmovsxbw``),
+    then ``vpmaddwd`` multiplies the int16 pairs and adds each pair into an int32 lane, added
+    to the accumulators. No sum ever saturates: a product is at most 255 * 128 in magnitude and
+    a pair's sum fits int32 -- unlike ``vpmaddubsw``, whose int16 pair sums saturate
+    (onnxruntime's AVX2 u8 x s8 kernels)."""
+
+    def impl_body(a, b, c):
+        if a_dtype == "int16":
+            pair = T.reinterpret(a.vload([0], "int16x2"), dtype="int32")
+        else:
+            pair = T.reinterpret(T.cast(a.vload([0], "uint8x2"), "int16x2"), dtype="int32")
+        return c.vload([0], dtype=f"int32x{lanes}") + T.call_llvm_pure_intrin(
+            T.llvm_lookup_intrinsic_id(_PMADDWD[lanes]),
+            T.reinterpret(T.broadcast(pair, lanes), dtype=f"int16x{2 * lanes}"),
+            T.cast(b.vload([0, 0], dtype=f"int8x{2 * lanes}"), f"int16x{2 * lanes}"), dtype=f"int32x{lanes}")
+
+    return _dot(lanes, 2, impl_body, a_dtype)
+
+
+def _dot(lanes: int, step: int, impl_body, a_dtype: str = "uint8") -> tuple:
+    """(description, implementation) of ``c[i] += sum_k a[k] * b[i, k]`` for k < ``step``, ``c``
+    ``lanes`` int32 accumulators in registers, with ``impl_body(a, b, c)`` the new ``c``."""
+
     @T.prim_func(s_tir=True)
-    def desc(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((lanes, 4), "int8", offset_factor=1),
+    def desc(a: T.Buffer((step,), a_dtype, offset_factor=1), b: T.Buffer((lanes, step), "int8", offset_factor=1),
              c: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
         with T.sblock("root"):
-            T.reads(c[0:lanes], a[0:4], b[0:lanes, 0:4])
+            T.reads(c[0:lanes], a[0:step], b[0:lanes, 0:step])
             T.writes(c[0:lanes])
             for i in T.serial(0, lanes):
-                for k in T.serial(0, 4):
+                for k in T.serial(0, step):
                     with T.sblock("update"):
                         vi, vk = T.axis.remap("SR", [i, k])
                         c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
 
     @T.prim_func(s_tir=True)
-    def impl(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((lanes, 4), "int8", offset_factor=1),
+    def impl(a: T.Buffer((step,), a_dtype, offset_factor=1), b: T.Buffer((lanes, step), "int8", offset_factor=1),
              c: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
         with T.sblock("root"):
-            T.reads(c[0:lanes], a[0:4], b[0:lanes, 0:4])
+            T.reads(c[0:lanes], a[0:step], b[0:lanes, 0:step])
             T.writes(c[0:lanes])
-            four = T.reinterpret(a.vload([0], "uint8x4"), dtype="int32")
-            c[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
-                T.llvm_lookup_intrinsic_id(f"llvm.x86.avx512.vpdpbusd.{32 * lanes}"),
-                c.vload([0], dtype=f"int32x{lanes}"), T.reinterpret(T.broadcast(four, lanes), dtype=f"int8x{4 * lanes}"),
-                b.vload([0, 0], dtype=f"int8x{4 * lanes}"), dtype=f"int32x{lanes}")
+            c[T.ramp(T.int32(0), 1, lanes)] = impl_body(a, b, c)
 
     return desc, impl
 
 
-VNNI_LOCAL = {lanes: f"hetc_dot_{lanes}x4_u8i8i32_vnni_local" for lanes in (16, 8, 4)}
-for _lanes, _name in VNNI_LOCAL.items():
+@dataclass(frozen=True)
+class Instruction:
+    """One int8 dot-product step: ``intrinsics[lanes, A's dtype]`` (registered tensor
+    intrinsics, widest first) each add ``step`` products per int32 lane; a register tile has
+    ``registers`` accumulators."""
+
+    name: str
+    step: int
+    registers: int
+    intrinsics: dict
+
+
+VNNI = Instruction("vnni", 4, 28, {(lanes, "uint8"): f"hetc_dot_{lanes}x4_u8i8i32_vnni_local"
+                                   for lanes in (16, 8, 4)})
+# AVX2 has 16 ymm registers: 12 accumulators, the rest for the weights and the broadcast input
+PMADDWD = Instruction("pmaddwd", 2, 12, {(lanes, a): f"hetc_dot_{lanes}x2_{a}i8i32_pmaddwd_local"
+                                         for lanes in (16, 8, 4) for a in ("int16", "uint8")})
+for (_lanes, _), _name in VNNI.intrinsics.items():
     TensorIntrin.register(_name, *_intrinsic(_lanes), override=True)
+for (_lanes, _a), _name in PMADDWD.intrinsics.items():
+    TensorIntrin.register(_name, *_widened(_lanes, _a), override=True)
 
 
 def has_vnni(target: Target) -> bool:
     return bool(tvm.target.codegen.target_has_features("avx512vnni", target))
 
 
-def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
-    del lanes
-    if not has_vnni(target) or not {"uint8", "int8"} <= {str(getattr(p, "dtype", "")) for p in func.params}:
+def instruction(target: Target) -> Instruction | None:
+    """The int8 dot product ``target``'s CPU has: VNNI, else pmaddwd on AVX2 (zmm with
+    AVX512-BW), else None (the int32 kernels)."""
+    if has_vnni(target):
+        return VNNI
+    if tvm.target.codegen.target_has_features("avx2", target):
+        if tvm.target.codegen.target_has_features("avx512bw", target):
+            return PMADDWD
+        return Instruction(PMADDWD.name, PMADDWD.step, PMADDWD.registers,
+                           {k: v for k, v in PMADDWD.intrinsics.items() if k[0] != 16})
+    return None
+
+
+def _apply(func: tirx.PrimFunc, target: Target, kind: Instruction) -> Schedule | None:
+    dtypes = {str(getattr(p, "dtype", "")) for p in func.params}
+    if "int8" not in dtypes or not dtypes & {a for _, a in kind.intrinsics}:
         return None  # (checked on the parameters: printing every kernel cost ~3 ms each)
     found = one_reduction(func)
     if found is None:
         return None
     sch, infos, main = found
-    if not _schedule(sch, infos, main):
+    if not _schedule(sch, infos, main, kind):
         return None
     return sch
 
 
-def _operands(sch: Schedule, block, spatial, reduce):
-    """(A's read index, W's read index, position of j in W, position of k in W), or None."""
+def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
+    del lanes
+    return _apply(func, target, VNNI) if has_vnni(target) else None
+
+
+def apply_widened(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
+    del lanes
+    kind = instruction(target)
+    return _apply(func, target, kind) if kind is not None and kind.name == PMADDWD.name else None
+
+
+def _operands(sch: Schedule, block, spatial, reduce, a_dtypes):
+    """(A's read index, W's read index, position of j in W, position of k in W), or None; A's
+    element type one of ``a_dtypes``."""
     stmt = sch.get(block)
     if len(stmt.reads) != 3 and len(stmt.reads) != 2:
         return None
@@ -120,7 +204,7 @@ def _operands(sch: Schedule, block, spatial, reduce):
         if src.same_as(stmt.writes[0].source):
             continue
         indices = [r.min for r in read.region]
-        if str(src.dtype) == "uint8" and not any(uses(e, j) for e in indices) and plain_index(indices, k) == len(indices) - 1:
+        if str(src.dtype) in a_dtypes and not any(uses(e, j) for e in indices) and plain_index(indices, k) == len(indices) - 1:
             a_idx = idx
         elif str(src.dtype) == "int8" and is_constant(sch, src):
             w_idx = idx
@@ -133,7 +217,7 @@ def _operands(sch: Schedule, block, spatial, reduce):
     return a_idx, w_idx, pj, pk
 
 
-def _schedule(sch: Schedule, infos, main) -> bool:
+def _schedule(sch: Schedule, infos, main, kind: Instruction) -> bool:
     spatial = [it for it in main.iters if it.kind == "S"]
     reduce = [it for it in main.iters if it.kind == "R"]
     if not spatial or not reduce or [it.kind for it in main.iters] != ["S"] * len(spatial) + ["R"] * len(reduce):
@@ -141,32 +225,35 @@ def _schedule(sch: Schedule, infos, main) -> bool:
     if not all(isinstance(it.dom, int) for it in main.iters):
         return False
     j, k = spatial[-1], reduce[-1]
-    lanes = next((n for n in VNNI_LOCAL if j.dom % n == 0), None)
-    if lanes is None or k.dom % 4:
+    lanes = next((n for n, _ in kind.intrinsics if j.dom % n == 0), None)
+    if lanes is None or k.dom % kind.step:
         return False
-    found = _operands(sch, main.block_rv, spatial, reduce)
+    found = _operands(sch, main.block_rv, spatial, reduce, {a for _, a in kind.intrinsics})
     if found is None:
         return False
-    _, w_idx, pj, pk = found
+    a_idx, w_idx, pj, pk = found
+    a_dtype = str(sch.get(main.block_rv).reads[a_idx].source.dtype)
     rows_axes = spatial[:-1]  # none for one row (a classifier at batch 1, whose unit axes normalize away)
-    jb = _panels(j.dom, lanes)
-    rows = next(r for r in ROWS if r * jb <= REGISTERS and (not rows_axes or rows_axes[-1].dom % r == 0))
+    jb = _panels(j.dom, lanes, kind.registers)
+    rows = next(r for r in ROWS if r * jb <= kind.registers and (not rows_axes or rows_axes[-1].dom % r == 0))
     if rows < 4 and math.prod(it.dom for it in rows_axes) % 8 == 0 and len(rows_axes) > 1:
         rows = 0  # the innermost row axis is too short for a tile: fuse the rows first
-    # Producers: plain copies are inlined, the (conditional) padding stays a separate pass.
+    # Producers: plain copies are inlined, the (conditional) padding and the widening of the
+    # input to int16 (each element once, not at every use) stay separate passes.
     for producer in reversed(infos[:infos.index(main)]):
-        if "if_then_else" in sch.get(producer.block_rv).body.script():
+        stmt = sch.get(producer.block_rv)
+        if "if_then_else" in stmt.body.script() or any(str(w.source.dtype) == "int16" for w in stmt.writes):
             schedule_spatial(sch, producer.block_rv, 16)
         else:
             sch.compute_inline(producer.block_rv)
 
     preproc = sch.cache_read(main.block_rv, w_idx, "global")
     sch.annotate(preproc, PREPROC, True)
-    sch.transform_layout(main.block_rv, ("read", w_idx), _packed(pj, pk, lanes))
+    sch.transform_layout(main.block_rv, ("read", w_idx), _packed(pj, pk, lanes, kind.step))
 
     loops = dict(zip([it.var for it in main.iters], sch.get_loops(main.block_rv)[-len(main.iters):]))
     jo, jbl, jl = sch.split(loops[j.var], [None, jb, lanes])
-    ko, k4 = sch.split(loops[k.var], [None, 4])
+    ko, k4 = sch.split(loops[k.var], [None, kind.step])
     if not rows_axes:
         outer, ri = [], None
     elif rows:
@@ -175,7 +262,7 @@ def _schedule(sch: Schedule, infos, main) -> bool:
     else:
         fused = sch.fuse(*[loops[it.var] for it in rows_axes])
         total = math.prod(it.dom for it in rows_axes)
-        rows = next(r for r in ROWS if total % r == 0 and r * jb <= REGISTERS)
+        rows = next(r for r in ROWS if total % r == 0 and r * jb <= kind.registers)
         mo, ri = sch.split(fused, [None, rows])
         outer = [mo]
     others = [loops[it.var] for it in reduce[:-1]]
@@ -186,30 +273,34 @@ def _schedule(sch: Schedule, infos, main) -> bool:
     sch.reverse_compute_at(epilogue, tile, preserve_unit_loops=True)
     sch.parallel(tile)
     sch.decompose_reduction(main.block_rv, others[0] if others else ko)
-    sch.tensorize(jl, VNNI_LOCAL[lanes])
+    sch.tensorize(jl, kind.intrinsics[lanes, a_dtype])
     if ri is not None:
         sch.unroll(ri)
     sch.unroll(jbl)
     return True
 
 
-def _panels(columns: int, lanes: int) -> int:
+def _panels(columns: int, lanes: int, registers: int) -> int:
     """Vectors of ``lanes`` per column panel of a tile: two zmm where they divide the columns,
     else one; narrower vectors (columns not a multiple of 16, e.g. MobileNetV2's 24) up to 32
-    columns, so that 24 is one panel of 3 ymm."""
+    columns, so that 24 is one panel of 3 ymm (on AVX2, 16 ymm registers: at most 3 vectors,
+    so that a tile keeps 4 rows)."""
     if lanes == 16:
         return 2 if columns % 32 == 0 else 1
-    return next(b for b in (4, 3, 2, 1) if (columns // lanes) % b == 0 and b * lanes <= 32)
+    most = 4 if registers > 16 else 3
+    return next(b for b in (4, 3, 2, 1) if (columns // lanes) % b == 0 and b * lanes <= 32 and b <= most)
 
 
-def _packed(pj: int, pk: int, lanes: int):
-    """``[.., j, .., k] -> [j / lanes, .., k / 4, j % lanes, k % 4]`` (the other axes in order)."""
+def _packed(pj: int, pk: int, lanes: int, step: int):
+    """``[.., j, .., k] -> [j / lanes, .., k / step, j % lanes, k % step]`` (the other axes in order)."""
 
     def index_map(*axes):
         rest = [a for n, a in enumerate(axes) if n not in (pj, pk)]
-        return (axes[pj] // lanes, *rest, axes[pk] // 4, axes[pj] % lanes, axes[pk] % 4)
+        return (axes[pj] // lanes, *rest, axes[pk] // step, axes[pj] % lanes, axes[pk] % step)
 
     return index_map
 
 
 RULE = Rule("int8-vnni", "uint8 x int8 -> int32 contractions on AVX512-VNNI (vpdpbusd register tile)", apply)
+WIDENED_RULE = Rule("int8-pmaddwd", "uint8 x int8 -> int32 contractions without VNNI, exact (int16 vpmaddwd "
+                    "register tile)", apply_widened)
