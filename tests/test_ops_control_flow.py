@@ -8,7 +8,7 @@ import pytest
 from conftest import assert_close, ort_run
 from onnx import TensorProto, helper
 from onnx_util import make, tensor
-from tvm import relax
+from tvm import relax, tirx
 
 import hetc
 from hetc.errors import ConversionError
@@ -208,6 +208,50 @@ def test_loop_carried_sequence_with_constant_trip_count():
              helper.make_node("ConcatFromSequence", ["seq"], ["y"], axis=0)]
     model = make(nodes, [tensor("x", [3])], [tensor("y", [9])], {"M": np.array(3, I64)})
     _check(model, [{"x": np.array([1, 2, 3], F32)}])
+
+
+@pytest.mark.parametrize("trip", [1, 2])
+def test_loop_with_the_outer_true_as_its_condition_is_unrolled(trip):
+    """torch's exporter (torchvision MViT's pooling) writes ``cond_out = Identity(outer constant
+    true)`` and a trip count of 1: no early exit, so a loop-carried sequence is unrolled."""
+    body = _graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["x", "fi"], ["xi"]),
+         helper.make_node("SequenceInsert", ["seq_in", "xi"], ["seq_out"]),
+         helper.make_node("Identity", ["true"], ["c_out"])],
+        [_scalar("i", I64), _scalar("c_in", BOOL),
+         helper.make_tensor_sequence_value_info("seq_in", TensorProto.FLOAT, [3])],
+        [_scalar("c_out", BOOL), helper.make_tensor_sequence_value_info("seq_out", TensorProto.FLOAT, [3])])
+    nodes = [helper.make_node("SequenceEmpty", [], ["empty"], dtype=TensorProto.FLOAT),
+             helper.make_node("Loop", ["M", "true", "empty"], ["seq"], body=body),
+             helper.make_node("ConcatFromSequence", ["seq"], ["y"], axis=0)]
+    model = make(nodes, [tensor("x", [3])], [tensor("y", [3 * trip])],
+                 {"M": np.array(trip, I64), "true": np.array(True)})
+    _check(model, [{"x": np.array([1, 2, 3], F32)}])
+
+
+def test_unrolled_iteration_number_declared_as_a_vector_stays_a_constant():
+    """MViT's pooling loop: the body declares its iteration number as ``[1]`` and slices
+    ``x[table[i]:table[i + 1]]``; unrolled, the bounds are constants, so the slice's shape is
+    known at compile time (a run-time bound made it unknown, and a later Concat lost its rank)."""
+    body = _graph(
+        [helper.make_node("Gather", ["table", "i"], ["lo"]),
+         helper.make_node("Add", ["i", "one"], ["i1"]),
+         helper.make_node("Gather", ["table", "i1"], ["hi"]),
+         helper.make_node("Slice", ["x", "lo", "hi", "axis"], ["part"]),
+         helper.make_node("SequenceInsert", ["seq_in", "part"], ["seq_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        [tensor("i", [1], I64), _scalar("c_in", BOOL),
+         helper.make_tensor_sequence_value_info("seq_in", TensorProto.FLOAT, ["b", None])],
+        [_scalar("c_out", BOOL), helper.make_tensor_sequence_value_info("seq_out", TensorProto.FLOAT, ["b", None])],
+        {"table": np.array([0, 1, 5], I64), "one": np.array([1], I64), "axis": np.array([1], I64)})
+    nodes = [helper.make_node("SequenceEmpty", [], ["empty"], dtype=TensorProto.FLOAT),
+             helper.make_node("Loop", ["M", "", "empty"], ["seq"], body=body),
+             helper.make_node("ConcatFromSequence", ["seq"], ["y"], axis=1)]
+    model = make(nodes, [tensor("x", ["b", 6])], [tensor("y", ["b", 5])], {"M": np.array(2, I64)})
+    out = to_relax(load_model(model))["main"].ret_ty
+    assert isinstance(out.shape.values[1], tirx.IntImm) and int(out.shape.values[1]) == 5, out
+    _check(model, [{"x": np.arange(12, dtype=F32).reshape(2, 6)}])
 
 
 def test_loop_carried_sequence_with_run_time_trip_count_is_refused():

@@ -24,8 +24,9 @@ from ...passes.pipeline import Stage
 from ..byoc import with_offloads
 from .codegen import llvm_target
 from .fold_packing import fold_packing_pass
-from .schedules import default_schedule_pass, split_weight_packing_pass
 from .int8 import int8_conv_pass
+from .ragged_conv import ragged_conv_pass
+from .schedules import default_schedule_pass, simd_lanes, split_weight_packing_pass
 from .schedules.int8 import VNNI, instruction
 from .winograd import winograd_pass
 
@@ -57,10 +58,13 @@ def transpose_matmul_passes() -> list[Stage]:
 
 
 def winograd_passes(options: CompileOptions) -> list[Stage]:
-    """3x3 stride-1 convs as Winograd transforms around a batched GEMM, where the cost rule
+    """Convs with a ragged channel count padded (``ragged_conv.py``); 3x3 stride-1 convs as
+    Winograd transforms around a batched GEMM, where the cost rule
     (or ``--winograd``) picks it (``winograd.py``); integer convs in the form the int8 kernels
     take, on CPUs with an int8 dot product (``int8.py``). Both after the layout passes (NHWC convs)."""
-    stages = [Stage("winograd", "3x3 stride-1 convs as Winograd F(m x m, 3x3) where it pays",
+    stages = [Stage("ragged_conv", "convs whose output channels no vector width divides, padded to one",
+                    lambda: ragged_conv_pass(simd_lanes(llvm_target(options)))),
+              Stage("winograd", "3x3 stride-1 convs as Winograd F(m x m, 3x3) where it pays",
                     lambda: winograd_pass(options.winograd))]
     kind = instruction(llvm_target(options))
     if kind is not None:

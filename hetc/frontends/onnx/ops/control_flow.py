@@ -60,7 +60,8 @@ def _as_declared(bb: relax.BlockBuilder, x: relax.Expr, value_info: onnx.ValueIn
     """A scalar reshaped to [1] where the body declares its input (iteration number, condition) so."""
     t = value_info.type.tensor_type
     if t.HasField("shape") and len(t.shape.dim) == 1:
-        return bb.normalize(relax.op.reshape(x, [1]))
+        value = _constant(x)  # an unrolled iteration's number stays a constant (its uses fold)
+        return relax.const(value.reshape(1)) if value is not None else bb.normalize(relax.op.reshape(x, [1]))
     return x
 
 
@@ -444,13 +445,17 @@ def _unrollable(ctx: ConvertContext, count: int | None, body: onnx.GraphProto) -
 
 # --- Loop -------------------------------------------------------------------------------------
 
-def _keeps_cond(body: onnx.GraphProto) -> bool:
-    """The body's condition output is its condition input (or a constant true): no early exit."""
+def _keeps_cond(ctx: ConvertContext, body: onnx.GraphProto) -> bool:
+    """The body's condition output is its condition input (or a constant true, the body's or
+    the enclosing graph's, as torch's exporter writes it): no early exit."""
     cond_in, cond_out = body.input[1].name, body.output[0].name
     for node in body.node:
         if cond_out in node.output:
             if node.op_type == "Identity" and node.input[0] == cond_in:
                 return True
+            if node.op_type == "Identity":
+                value = _constant(ctx.importer._nodes.get(node.input[0]))
+                return value is not None and value.size == 1 and bool(value.reshape(-1)[0])
             if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
                 value = onnx.numpy_helper.to_array(node.attribute[0].t)
                 return value.size == 1 and bool(value.reshape(-1)[0])
@@ -488,7 +493,8 @@ def loop(ctx: ConvertContext, inputs: list, attrs: Attrs):
 
     count_value, cond_value = _constant(trip), _constant(cond)
     count = int(count_value) if count_value is not None else None
-    endless = cond is None or (cond_value is not None and bool(cond_value) and _keeps_cond(body))
+    # one iteration (a trip count of 1 and a true condition) needs no exit test
+    endless = cond is None or (cond_value is not None and bool(cond_value) and (count == 1 or _keeps_cond(ctx, body)))
     if cond_value is not None and not bool(cond_value):
         count = 0  # the body never runs
     looped = _Loop(ctx, step, carried, outer, trip, cond)

@@ -1,0 +1,47 @@
+"""conv2d with an output-channel count no vector width divides: padded to one that does.
+
+The contraction rule's register tile is a number of SIMD vectors wide; where no width of 4 or
+more divides the output channels it declines, and TVM's default loop nest runs the conv,
+scalar (torchvision's r2plus1d_18 has (2+1)-D "mid planes" of 230, 460 and 921 channels: one
+such 3x3 conv took 313 ms of a 420 ms model, 5x onnxruntime). Its column padding
+(``Schedule.pad_einsum``) needs plain einsum indices, which a conv's strided window is not.
+
+So here, before the kernels exist, such a conv (NHWC/OHWI, ``groups == 1``, a compile-time
+constant weight, float) gets zero filters appended up to a multiple of the CPU's float32
+vector width (8 with AVX2, 16 with AVX-512), and its output is sliced back to the real
+channels. The extra filters cost less than a vector of multiply-adds per row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ...passes.pipeline import call_rewrite_pass
+
+SMALLEST = 8  # fewer output channels are left alone (padding would multiply the work)
+
+
+def pad_outputs(call: relax.Call, width: int) -> relax.Expr | None:
+    """The form of a ``relax.nn.conv2d`` call with its outputs padded to a multiple of
+    ``width``, or None where it does not apply."""
+    attrs = call.attrs
+    x, w = call.args
+    if (int(attrs.groups) != 1 or (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+            != ("NHWC", "OHWI", "NHWC") or not isinstance(w, tvm.ir.GenericConst)):
+        return None
+    weight = w.value.numpy()
+    outputs = weight.shape[0]
+    if weight.dtype.kind != "f" or outputs < SMALLEST or outputs % 4 == 0:
+        return None  # a width of 4 divides it: the contraction rule takes it as it is
+    padded = np.concatenate([weight, np.zeros((-outputs % width, *weight.shape[1:]), weight.dtype)])
+    out_dtype = None if attrs.out_dtype is None or str(attrs.out_dtype) == "" else str(attrs.out_dtype)
+    conv = relax.op.nn.conv2d(x, relax.const(padded), attrs.strides, attrs.padding, attrs.dilation, 1,
+                              "NHWC", "OHWI", "NHWC", out_dtype=out_dtype)
+    return relax.op.strided_slice(conv, axes=[3], begin=[0], end=[outputs], assume_inbound=True)
+
+
+def ragged_conv_pass(width: int) -> tvm.transform.Pass:
+    """``pad_outputs`` on every conv2d, ``width`` the float32 lanes of a vector."""
+    return call_rewrite_pass("HetcRaggedConvOutputs", "relax.nn.conv2d", lambda call: pad_outputs(call, width))

@@ -1,0 +1,69 @@
+"""Convs whose output channels no vector width divides (hetc/backends/cpu/ragged_conv.py):
+padded to whole vectors, so that they run on the contraction kernel instead of TVM's scalar
+loop nest, and sliced back; against onnxruntime with a symbolic batch, on AVX-512 and AVX2."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_close, ort_run
+from onnx import helper
+from onnx_util import make, tensor
+
+import hetc
+
+RNG = np.random.default_rng(3)
+
+
+def _conv(cin: int, cout: int, kernel: int, stride: int, bias: bool):
+    inits = {"w": (RNG.standard_normal((cout, cin, kernel, kernel)) * 0.2).astype(np.float32)}
+    if bias:
+        inits["b"] = RNG.standard_normal(cout).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", *(["b"] if bias else [])], ["c"], pads=[kernel // 2] * 4,
+                            strides=[stride, stride])
+    return make([node, helper.make_node("Relu", ["c"], ["y"])], [tensor("x", ["n", cin, 16, 16])],
+                [tensor("y", ["n", cout, None, None])], inits)
+
+
+@pytest.mark.parametrize("cin, cout, kernel, stride, bias", [
+    (64, 230, 3, 2, False),  # torchvision r2plus1d_18's mid planes
+    (32, 21, 1, 1, True),    # a segmentation head's 21 classes
+    (16, 45, 3, 1, True),    # 3x3 stride 1 (Winograd-eligible)
+])
+@pytest.mark.parametrize("cpu", [None, "haswell"])
+def test_ragged_output_channels_run_on_the_contraction_kernel(cin, cout, kernel, stride, bias, cpu):
+    model = _conv(cin, cout, kernel, stride, bias)
+    compiled = hetc.compile(model, "cpu", cpu=cpu)
+    rules = [rule for name, rule in compiled.report["kernels"].items() if "conv2d" in name]
+    assert rules and "generic" not in rules, compiled.report["kernels"]
+    for n in (1, 2):
+        x = {"x": RNG.standard_normal((n, cin, 16, 16)).astype(np.float32)}
+        assert_close(compiled.run(x)["y"], ort_run(model, x)[0], rel=1e-5)
+
+
+def _nhwc_conv(cout: int):
+    """An NHWC conv2d call as the layout passes leave it, with a constant OHWI weight."""
+    from tvm import relax
+
+    x = relax.Var("x", relax.TensorType([1, 16, 16, 8], "float32"))
+    w = relax.const(RNG.standard_normal((cout, 3, 3, 8)).astype(np.float32))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        call = bb.normalize(relax.op.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="OHWI"))
+        bb.emit_func_output(call)
+    return call
+
+
+@pytest.mark.parametrize("cout, padded", [(230, 240), (21, 32), (9, 16), (6, None), (20, None)])
+def test_which_convs_are_padded(cout, padded):
+    """Ragged counts pad to whole 16-lane vectors; fewer than 8 channels or a multiple of 4 (a
+    vector width of 4 divides it) stay."""
+    from hetc.backends.cpu.ragged_conv import pad_outputs
+
+    out = pad_outputs(_nhwc_conv(cout), 16)
+    if padded is None:
+        assert out is None
+        return
+    conv = out.args[0]
+    assert int(conv.args[1].ty.shape.values[0]) == padded
+    assert [int(v.value) for v in out.args[3].fields] == [cout]  # sliced back: (x, axes, begin, end)
