@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 
 from ..errors import last_line
-from .pipeline import Stage, rewrite_functions
+from .pipeline import Stage, call_rewrite_pass, rewrite_functions
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,8 @@ def layout_passes(layout: str | None) -> list[Stage]:
     desired = {"NHWC": {"relax.nn.conv2d": ["NHWC", "OHWI"],
                         "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}}[layout]
     return [
+        Stage("stack_as_concat", "stack as expand_dims + concat (ConvertLayout's stack rule fails)",
+              lambda: call_rewrite_pass("HetcStackAsConcat", "relax.stack", _stack_as_concat)),
         Stage("convert_layout", f"convert conv/pool layouts to {layout}",
               lambda: _convert_conv_layout(desired)),
         Stage("fold_layout_numpy", "fold the weight transposes the layout change added (numpy)",
@@ -83,6 +85,20 @@ def layout_passes(layout: str | None) -> list[Stage]:
         Stage("fold_layout_constants", "fold what is left of them",
               relax.transform.FoldConstant),
     ]
+
+
+def _stack_as_concat(call: relax.Call) -> relax.Expr | None:
+    """``stack(xs, axis)`` as ``concat([expand_dims(x, axis) for x in xs], axis)``: TVM 0.27's
+    ConvertLayout gives stack's output a layout of its inputs' rank ("Invalid SLayout: can't
+    find S in source layout ABC"), so a model with one stack after a conv kept every conv in
+    NCHW (torchvision's detectors stack box coordinates)."""
+    fields = call.args[0].ty.fields if isinstance(call.args[0].ty, relax.TupleType) else None
+    if not fields:
+        return None
+    axis = int(call.attrs.axis) if call.attrs.axis is not None else 0
+    items = (call.args[0].fields if isinstance(call.args[0], relax.Tuple)
+             else [relax.TupleGetItem(call.args[0], k) for k in range(len(fields))])
+    return relax.op.concat([relax.op.expand_dims(x, [axis]) for x in items], axis)
 
 
 def _convert_conv_layout(desired: dict) -> tvm.transform.Pass:

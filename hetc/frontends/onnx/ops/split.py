@@ -1,5 +1,5 @@
-"""Split (opsets 13, 18) with the ``split`` sizes given at run time, or constant sizes of an
-axis whose extent is symbolic.
+"""Split (opsets 13, 18) into one part, with the ``split`` sizes given at run time, or constant
+sizes of an axis whose extent is symbolic.
 
 TVM's converter needs constant sizes; those nodes are left to it. Run-time sizes become fresh
 symbolic dims (``runtime_values.shape_vars``) and each output is a ``strided_slice`` from the
@@ -60,4 +60,11 @@ def _constant_sizes(ctx: ConvertContext, x: relax.Expr, sizes, attrs: Attrs):
 
 @converter("Split", since=13)
 def split_13(ctx: ConvertContext, inputs: list, attrs: Attrs):
+    if ctx.num_outputs == 1:
+        # One part: the input. (TVM's ``split`` into one section is typed as a tensor, not a
+        # tuple of one, which ConvertLayout's split rule rejects: "Invalid Call" -- every
+        # torchvision detector splits its batch of images so, and kept NCHW convs: 30x slower.)
+        attrs.get("axis")
+        attrs.get("num_outputs")
+        return inputs[0]
     return _split(ctx, inputs, attrs)
