@@ -50,3 +50,21 @@ def test_grouped_conv_matches_onnxruntime(cin, cout, groups, attrs):
 def test_depthwise_and_very_many_groups_are_left_alone(cin, groups):
     model = _grouped(cin, cin, groups, pads=[1, 1, 1, 1])
     assert relax_op_counts(split_grouped_conv_pass(to_relax(load_model(model))))["relax.nn.conv2d"] == 1
+
+
+@pytest.mark.parametrize("cin, multiplier, attrs", [
+    (16, 2, {"kernel": 3, "pads": [1, 1, 1, 1], "strides": [2, 2]}),  # timm PiT's pooling conv
+    (8, 3, {"kernel": 3, "pads": [1, 1, 1, 1]}),
+])
+def test_depthwise_with_a_channel_multiplier_runs_as_depthwise(cin, multiplier, attrs):
+    """``groups == in_channels`` with ``m`` outputs per channel: the input's channels repeated,
+    then a plain depthwise conv on one of hetc's kernels (it was TVM's generic loop nest)."""
+    model = _grouped(cin, cin * multiplier, cin, **attrs)
+    counts = relax_op_counts(split_grouped_conv_pass(to_relax(load_model(model))))
+    assert counts["relax.repeat"] == 1 and counts["relax.nn.conv2d"] == 1
+    compiled = hetc.compile(model, "cpu")
+    rules = [r for n, r in compiled.report["kernels"].items() if "conv2d" in n]
+    assert rules and "generic" not in rules, compiled.report["kernels"]
+    for n in (1, 2):
+        x = {"x": RNG.standard_normal((n, cin, 12, 12)).astype(np.float32)}
+        assert_close(compiled.run(x)["y"], ort_run(model, x)[0], rel=1e-5)

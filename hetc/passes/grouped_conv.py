@@ -8,7 +8,10 @@ conv2d on a channel slice (the weight slices fold at compile time), and the outp
 concatenated on the channel axis: 1.3-2.2x onnxruntime on the same layers (docs/cpu.md).
 
 Applies to NCHW/OIHW and NHWC/OHWI convs with ``1 < groups < in_channels`` and at most ``MAX_GROUPS``
-groups (each group is a kernel call); a symbolic batch is fine.
+groups (each group is a kernel call); a symbolic batch is fine. A depthwise conv with a channel
+multiplier (``groups == in_channels``, ``m * in_channels`` outputs: timm's PiT pools so, 5x
+onnxruntime on TVM's generic loop nest) becomes a plain depthwise conv on the input with each
+channel repeated ``m`` times.
 """
 
 from __future__ import annotations
@@ -26,16 +29,25 @@ def split_groups(call: relax.Call) -> relax.Expr | None:
     groups = int(attrs.groups)
     x, w = call.args
     layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
-    if groups <= 1 or groups > MAX_GROUPS or layouts not in (("NCHW", "OIHW", "NCHW"), ("NHWC", "OHWI", "NHWC")):
+    if groups <= 1 or layouts not in (("NCHW", "OIHW", "NCHW"), ("NHWC", "OHWI", "NHWC")):
         return None
     if not (hasattr(getattr(x.ty, "shape", None), "values") and hasattr(getattr(w.ty, "shape", None), "values")):
         return None
     axis = layouts[0].index("C")
     channels, outputs = x.ty.shape.values[axis], w.ty.shape.values[0]
-    if not isinstance(channels, tirx.IntImm) or not isinstance(outputs, tirx.IntImm) or int(channels) == groups:
-        return None  # depthwise: hetc's sliding-window kernel
-    xs, ws = relax.op.split(x, groups, axis=axis), relax.op.split(w, groups, axis=0)
+    if not isinstance(channels, tirx.IntImm) or not isinstance(outputs, tirx.IntImm):
+        return None
     out_dtype = None if attrs.out_dtype is None or str(attrs.out_dtype) == "" else str(attrs.out_dtype)
+    if int(channels) == groups:
+        if int(outputs) == groups or int(outputs) % groups:
+            return None  # depthwise: hetc's sliding-window kernel
+        # a depthwise conv with a channel multiplier m (PiT's pooling: 2 outputs per channel):
+        # each input channel repeated m times (output o reads channel o // m), then depthwise
+        return relax.op.nn.conv2d(relax.op.repeat(x, int(outputs) // groups, axis=axis), w, attrs.strides,
+                                  attrs.padding, attrs.dilation, int(outputs), *layouts, out_dtype=out_dtype)
+    if groups > MAX_GROUPS:
+        return None
+    xs, ws = relax.op.split(x, groups, axis=axis), relax.op.split(w, groups, axis=0)
     parts = [relax.op.nn.conv2d(relax.TupleGetItem(xs, g), relax.TupleGetItem(ws, g), attrs.strides, attrs.padding,
                                 attrs.dilation, 1, *layouts, out_dtype=out_dtype) for g in range(groups)]
     return relax.op.concat(parts, axis=axis)
