@@ -37,6 +37,7 @@ def inference_passes() -> list[Stage]:
 def simplify_passes() -> list[Stage]:
     from .conv1d import conv1d_as_conv2d_pass
     from .conv3d import conv3d_as_conv2d_pass
+    from .conv_transpose import conv_transpose_as_matmul_pass
     from .fold_numpy import fold_numpy_pass
     from .grouped_conv import split_grouped_conv_pass
     from .legalize_dynamic import legalize_dynamic_pass
@@ -54,6 +55,8 @@ def simplify_passes() -> list[Stage]:
               lambda: conv3d_as_conv2d_pass),
         Stage("split_grouped_conv", "a grouped conv2d as one conv2d per group, concatenated",
               lambda: split_grouped_conv_pass),
+        Stage("conv_transpose_as_matmul", "a transposed conv with stride == kernel as a matmul + depth-to-space",
+              lambda: conv_transpose_as_matmul_pass),
         Stage("fold_numpy", "evaluate cheap ops on constants with numpy (FoldConstant builds each)",
               lambda: fold_numpy_pass),
         Stage("fold_constants", "evaluate subgraphs whose inputs are all constants",
