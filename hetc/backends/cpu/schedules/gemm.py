@@ -199,9 +199,10 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
         m, row_extents = math.prod(it.dom for it in rows_axes), [it.dom for it in rows_axes]
     n = j.dom if _static(j) else SYMBOLIC_EXTENT
     # A column count the SIMD width does not divide (GPT-2's 50257-word LM head) would get a
-    # scalar tile; when only packed weights are indexed by j, they are padded with zero
-    # columns at compile time instead, and the vector tile's extra columns are not stored.
-    pad_columns = (_static(j) and lanes and vector_dtypes(block) and packs and not runtime_j
+    # scalar tile; the operands are padded with zero columns instead -- packed weights at
+    # compile time, a run-time operand (the keys of a ViT's Q @ K^T over 197 tokens) by a copy
+    # per call, as for a symbolic column count -- and the tile's extra columns are not stored.
+    pad_columns = (_static(j) and lanes and vector_dtypes(block) and (packs or runtime_j)
                    and j.dom % lanes != 0 and j.dom >= 4 * lanes)
     if pad_columns:
         n = SYMBOLIC_EXTENT
@@ -341,7 +342,11 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     elif tasks < MIN_TASKS and outer and first >= len(outer):
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
     else:
-        sch.parallel(sch.fuse(*order[first:]))
+        loops = order[first:]
+        at = [k for k, loop in enumerate(loops) if loop.same_as(tile_loops[0])]
+        if transposed and at:  # the panel copies sit at the panel loop: the rows loop stays inside
+            loops = loops[:at[0] + 1]
+        sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
     if ii is not None:
         sch.unroll(ii)
     if tile.width:
