@@ -194,40 +194,34 @@ def test_loop_body_with_constant_of_shape_of_a_run_time_shape():
     _check(model, [{"trip": np.array(n, I64), "cond": np.array(True), "a0": np.array(0.5, F32)} for n in (3, 20)])
 
 
-def test_loop_carried_sequence_with_constant_trip_count():
+def _sequence_loop(trip: int, cond_source: str):
+    """``seq += [x * i]`` for ``trip`` iterations, concatenated: the body's condition output is
+    ``Identity(cond_source)`` (its own ``c_in``, or the enclosing graph's constant ``true``)."""
     body = _graph(
         [helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
          helper.make_node("Mul", ["x", "fi"], ["xi"]),
          helper.make_node("SequenceInsert", ["seq_in", "xi"], ["seq_out"]),
-         helper.make_node("Identity", ["c_in"], ["c_out"])],
+         helper.make_node("Identity", [cond_source], ["c_out"])],
         [_scalar("i", I64), _scalar("c_in", BOOL),
          helper.make_tensor_sequence_value_info("seq_in", TensorProto.FLOAT, [3])],
         [_scalar("c_out", BOOL), helper.make_tensor_sequence_value_info("seq_out", TensorProto.FLOAT, [3])])
+    cond = "true" if cond_source == "true" else ""
     nodes = [helper.make_node("SequenceEmpty", [], ["empty"], dtype=TensorProto.FLOAT),
-             helper.make_node("Loop", ["M", "", "empty"], ["seq"], body=body),
+             helper.make_node("Loop", ["M", cond, "empty"], ["seq"], body=body),
              helper.make_node("ConcatFromSequence", ["seq"], ["y"], axis=0)]
-    model = make(nodes, [tensor("x", [3])], [tensor("y", [9])], {"M": np.array(3, I64)})
-    _check(model, [{"x": np.array([1, 2, 3], F32)}])
+    inits = {"M": np.array(trip, I64), **({"true": np.array(True)} if cond else {})}
+    return make(nodes, [tensor("x", [3])], [tensor("y", [3 * trip])], inits)
+
+
+def test_loop_carried_sequence_with_constant_trip_count():
+    _check(_sequence_loop(3, "c_in"), [{"x": np.array([1, 2, 3], F32)}])
 
 
 @pytest.mark.parametrize("trip", [1, 2])
 def test_loop_with_the_outer_true_as_its_condition_is_unrolled(trip):
     """torch's exporter (torchvision MViT's pooling) writes ``cond_out = Identity(outer constant
     true)`` and a trip count of 1: no early exit, so a loop-carried sequence is unrolled."""
-    body = _graph(
-        [helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
-         helper.make_node("Mul", ["x", "fi"], ["xi"]),
-         helper.make_node("SequenceInsert", ["seq_in", "xi"], ["seq_out"]),
-         helper.make_node("Identity", ["true"], ["c_out"])],
-        [_scalar("i", I64), _scalar("c_in", BOOL),
-         helper.make_tensor_sequence_value_info("seq_in", TensorProto.FLOAT, [3])],
-        [_scalar("c_out", BOOL), helper.make_tensor_sequence_value_info("seq_out", TensorProto.FLOAT, [3])])
-    nodes = [helper.make_node("SequenceEmpty", [], ["empty"], dtype=TensorProto.FLOAT),
-             helper.make_node("Loop", ["M", "true", "empty"], ["seq"], body=body),
-             helper.make_node("ConcatFromSequence", ["seq"], ["y"], axis=0)]
-    model = make(nodes, [tensor("x", [3])], [tensor("y", [3 * trip])],
-                 {"M": np.array(trip, I64), "true": np.array(True)})
-    _check(model, [{"x": np.array([1, 2, 3], F32)}])
+    _check(_sequence_loop(trip, "true"), [{"x": np.array([1, 2, 3], F32)}])
 
 
 def test_unrolled_iteration_number_declared_as_a_vector_stays_a_constant():

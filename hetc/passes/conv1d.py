@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from tvm import relax, tirx
 
-from .pipeline import call_rewrite_pass
+from .pipeline import call_rewrite_pass, out_dtype
 
 
 def as_conv2d(call: relax.Call) -> relax.Expr | None:
@@ -31,11 +31,10 @@ def as_conv2d(call: relax.Call) -> relax.Expr | None:
         return None
     (stride,), (dilation,) = (int(s) for s in attrs.strides), (int(d) for d in attrs.dilation)
     left, right = (int(p) for p in attrs.padding)
-    out_dtype = None if attrs.out_dtype is None or str(attrs.out_dtype) == "" else str(attrs.out_dtype)
     rows = relax.op.reshape(relax.op.permute_dims(x, [0, 2, 1]), relax.ShapeExpr([n, 1, length, c]))
     kernel = relax.op.permute_dims(relax.op.reshape(w, [int(o), int(ci), 1, int(k)]), [0, 2, 3, 1])
     y = relax.op.nn.conv2d(rows, kernel, (1, stride), (0, left, 0, right), (1, dilation), int(attrs.groups),
-                           data_layout="NHWC", kernel_layout="OHWI", out_dtype=out_dtype)
+                           data_layout="NHWC", kernel_layout="OHWI", out_dtype=out_dtype(attrs))
     span = length + left + right - dilation * (int(k) - 1) - 1
     width = span // stride + 1 if isinstance(span, int) else tirx.floordiv(span, stride) + 1
     return relax.op.permute_dims(relax.op.reshape(y, relax.ShapeExpr([n, width, o])), [0, 2, 1])

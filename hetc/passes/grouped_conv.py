@@ -10,7 +10,7 @@ concatenated on the channel axis: 1.3-2.2x onnxruntime on the same layers (docs/
 Applies to NCHW/OIHW and NHWC/OHWI convs with ``1 < groups < in_channels`` and at most ``MAX_GROUPS``
 groups (each group is a kernel call); a symbolic batch is fine. A depthwise conv with a channel
 multiplier (``groups == in_channels``, ``m * in_channels`` outputs: timm's PiT pools so, 5x
-onnxruntime on TVM's generic loop nest) becomes a plain depthwise conv on the input with each
+onnxruntime on TVM's generic loop nest, 2-core Zen 5, AVX-512) becomes a plain depthwise conv on the input with each
 channel repeated ``m`` times.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from tvm import relax, tirx
 
-from .pipeline import call_rewrite_pass
+from .pipeline import call_rewrite_pass, out_dtype
 
 MAX_GROUPS = 64
 
@@ -37,19 +37,18 @@ def split_groups(call: relax.Call) -> relax.Expr | None:
     channels, outputs = x.ty.shape.values[axis], w.ty.shape.values[0]
     if not isinstance(channels, tirx.IntImm) or not isinstance(outputs, tirx.IntImm):
         return None
-    out_dtype = None if attrs.out_dtype is None or str(attrs.out_dtype) == "" else str(attrs.out_dtype)
     if int(channels) == groups:
         if int(outputs) == groups or int(outputs) % groups:
             return None  # depthwise: hetc's sliding-window kernel
         # a depthwise conv with a channel multiplier m (PiT's pooling: 2 outputs per channel):
         # each input channel repeated m times (output o reads channel o // m), then depthwise
         return relax.op.nn.conv2d(relax.op.repeat(x, int(outputs) // groups, axis=axis), w, attrs.strides,
-                                  attrs.padding, attrs.dilation, int(outputs), *layouts, out_dtype=out_dtype)
+                                  attrs.padding, attrs.dilation, int(outputs), *layouts, out_dtype=out_dtype(attrs))
     if groups > MAX_GROUPS:
         return None
     xs, ws = relax.op.split(x, groups, axis=axis), relax.op.split(w, groups, axis=0)
     parts = [relax.op.nn.conv2d(relax.TupleGetItem(xs, g), relax.TupleGetItem(ws, g), attrs.strides, attrs.padding,
-                                attrs.dilation, 1, *layouts, out_dtype=out_dtype) for g in range(groups)]
+                                attrs.dilation, 1, *layouts, out_dtype=out_dtype(attrs)) for g in range(groups)]
     return relax.op.concat(parts, axis=axis)
 
 

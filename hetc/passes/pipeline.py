@@ -58,6 +58,11 @@ def rewrite_functions(mutator, mod: tvm.IRModule, funcs: dict | None = None) -> 
     return mutator.builder_.get()
 
 
+def out_dtype(attrs) -> str | None:
+    """A conv call's ``out_dtype`` attribute as the op constructors take it (None: unset)."""
+    return None if attrs.out_dtype is None or str(attrs.out_dtype) == "" else str(attrs.out_dtype)
+
+
 def call_rewrite_pass(name: str, op_name: str, rewrite: Callable[[relax.Call], relax.Expr | None]):
     """A module pass that replaces each call of the Relax operator ``op_name`` (after its
     arguments are rewritten) by ``rewrite(call)``, where that returns an expression (None keeps

@@ -3,7 +3,7 @@
 The contraction rule's register tile is a number of SIMD vectors wide; where no width of 4 or
 more divides the output channels it declines, and TVM's default loop nest runs the conv,
 scalar (torchvision's r2plus1d_18 has (2+1)-D "mid planes" of 230, 460 and 921 channels: one
-such 3x3 conv took 313 ms of a 420 ms model, 5x onnxruntime). Its column padding
+such 3x3 conv took 313 ms of a 420 ms model, 5x onnxruntime, on a 2-core Zen 5, AVX-512). Its column padding
 (``Schedule.pad_einsum``) needs plain einsum indices, which a conv's strided window is not.
 
 So here, before the kernels exist, such a conv (NHWC/OHWI, ``groups == 1``, a compile-time
@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ...passes.pipeline import call_rewrite_pass
+from ...passes.pipeline import call_rewrite_pass, out_dtype
 
 SMALLEST = 8  # fewer output channels are left alone (padding would multiply the work)
 
@@ -36,9 +36,8 @@ def pad_outputs(call: relax.Call, width: int) -> relax.Expr | None:
     if weight.dtype.kind != "f" or outputs < SMALLEST or outputs % 4 == 0:
         return None  # a width of 4 divides it: the contraction rule takes it as it is
     padded = np.concatenate([weight, np.zeros((-outputs % width, *weight.shape[1:]), weight.dtype)])
-    out_dtype = None if attrs.out_dtype is None or str(attrs.out_dtype) == "" else str(attrs.out_dtype)
     conv = relax.op.nn.conv2d(x, relax.const(padded), attrs.strides, attrs.padding, attrs.dilation, 1,
-                              "NHWC", "OHWI", "NHWC", out_dtype=out_dtype)
+                              "NHWC", "OHWI", "NHWC", out_dtype=out_dtype(attrs))
     return relax.op.strided_slice(conv, axes=[3], begin=[0], end=[outputs], assume_inbound=True)
 
 

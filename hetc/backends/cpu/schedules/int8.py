@@ -141,6 +141,9 @@ VNNI = Instruction("vnni", 4, 28, {(lanes, "uint8"): f"hetc_dot_{lanes}x4_u8i8i3
 # AVX2 has 16 ymm registers: 12 accumulators, the rest for the weights and the broadcast input
 PMADDWD = Instruction("pmaddwd", 2, 12, {(lanes, a): f"hetc_dot_{lanes}x2_{a}i8i32_pmaddwd_local"
                                          for lanes in (16, 8, 4) for a in ("int16", "uint8")})
+# without AVX512-BW, no 16-lane (zmm) vpmaddwd
+PMADDWD_AVX2 = Instruction(PMADDWD.name, PMADDWD.step, PMADDWD.registers,
+                           {k: v for k, v in PMADDWD.intrinsics.items() if k[0] != 16})
 for (_lanes, _), _name in VNNI.intrinsics.items():
     TensorIntrin.register(_name, *_intrinsic(_lanes), override=True)
 for (_lanes, _a), _name in PMADDWD.intrinsics.items():
@@ -157,10 +160,7 @@ def instruction(target: Target) -> Instruction | None:
     if has_vnni(target):
         return VNNI
     if tvm.target.codegen.target_has_features("avx2", target):
-        if tvm.target.codegen.target_has_features("avx512bw", target):
-            return PMADDWD
-        return Instruction(PMADDWD.name, PMADDWD.step, PMADDWD.registers,
-                           {k: v for k, v in PMADDWD.intrinsics.items() if k[0] != 16})
+        return PMADDWD if tvm.target.codegen.target_has_features("avx512bw", target) else PMADDWD_AVX2
     return None
 
 
