@@ -45,3 +45,18 @@ def test_conv1d_matches_onnxruntime(cin, cout, kernel, groups, attrs):
     for n, t in ((1, 40), (3, 57)):
         x = {"x": RNG.standard_normal((n, cin, t)).astype(np.float32)}
         assert_close(compiled.run(x)["y"], ort_run(model, x)[0], rel=1e-5)
+
+
+@pytest.mark.parametrize("cin,cout,kernel,groups,attrs", [
+    (1, 16, 10, 1, {"strides": [5]}),
+    (16, 16, 3, 1, {"strides": [2]}),
+    (8, 12, 3, 1, {"pads": [2, 1], "dilations": [2]}),
+    (16, 16, 8, 4, {"pads": [4, 4]}),
+])
+def test_symbolic_length_conv1d_gets_a_register_tile(cin, cout, kernel, groups, attrs):
+    """Over a symbolic length a conv's output rows are padded to whole tiles through an in-kernel
+    im2col copy (``gemm._reindex_windows``); without it pad_einsum refused the windowed read and
+    the conv ran TVM's default loop nest ("generic"), 4-10x slower on wav2vec2's extractor."""
+    compiled = hetc.compile(_conv1d(cin, cout, kernel, groups, **attrs), "cpu")
+    rules = {name: rule for name, rule in compiled.report["kernels"].items() if "conv" in name}
+    assert rules and set(rules.values()) == {"contraction"}, rules

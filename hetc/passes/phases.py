@@ -55,7 +55,7 @@ def simplify_passes() -> list[Stage]:
               lambda: conv3d_as_conv2d_pass),
         Stage("split_grouped_conv", "a grouped conv2d as one conv2d per group, concatenated",
               lambda: split_grouped_conv_pass),
-        Stage("conv_transpose_as_matmul", "a transposed conv with stride == kernel as a matmul + depth-to-space",
+        Stage("conv_transpose_as_matmul", "a strided transposed conv as a matmul, an overlap-add and a depth-to-space",
               lambda: conv_transpose_as_matmul_pass),
         Stage("fold_numpy", "evaluate cheap ops on constants with numpy (FoldConstant builds each)",
               lambda: fold_numpy_pass),
@@ -196,7 +196,23 @@ def _extreme(kind: str):
     return legalize
 
 
-ROUNDING = {"relax.round": _round_half_even, "relax.max": _extreme("max"), "relax.min": _extreme("min")}
+def _symbolic_reshape_as_view(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """A reshape between shapes with symbolic dims stays ``R.reshape``, which the VM runs as a
+    view (no copy). Lowered to a kernel, its indices divide by the symbolic dims per element
+    (``(i * (samples // 5 - 1) + j) // (samples // 5 - 1) % batch``), which TVM's pattern
+    analysis calls opaque, so it is never fused either: wav2vec2's TorchScript export (symbolic
+    batch and length) ran 12 such copies, a third of its time. Static reshapes are lowered
+    as before (fused into their neighbours, their index arithmetic by constants)."""
+    default = tvm.ir.Op.get("relax.reshape").get_attr("FLegalize")
+    shapes = [call.args[0].ty, call.ty]
+    if all(isinstance(getattr(t, "shape", None), relax.ShapeExpr) for t in shapes) and all(
+            isinstance(d, tvm.tirx.IntImm) for t in shapes for d in t.shape.values):
+        return default(bb, call)
+    return call
+
+
+ROUNDING = {"relax.round": _round_half_even, "relax.max": _extreme("max"), "relax.min": _extreme("min"),
+            "relax.reshape": _symbolic_reshape_as_view}
 
 
 def legalize_passes(custom: dict | None = None) -> list[Stage]:

@@ -63,19 +63,19 @@ def out_dtype(attrs) -> str | None:
     return None if attrs.out_dtype is None or str(attrs.out_dtype) == "" else str(attrs.out_dtype)
 
 
-def call_rewrite_pass(name: str, op_name: str, rewrite: Callable[[relax.Call], relax.Expr | None]):
-    """A module pass that replaces each call of the Relax operator ``op_name`` (after its
-    arguments are rewritten) by ``rewrite(call)``, where that returns an expression (None keeps
-    the call): the shape of hetc's one-op rewrites (``passes/conv3d.py``, ...)."""
+def call_rewrite_pass(name: str, op_name: str | tuple[str, ...], rewrite: Callable[[relax.Call], relax.Expr | None]):
+    """A module pass that replaces each call of the Relax operator ``op_name`` (or of any of a
+    tuple of them; after its arguments are rewritten) by ``rewrite(call)``, where that returns an
+    expression (None keeps the call): the shape of hetc's one-op rewrites (``passes/conv3d.py``, ...)."""
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    op = tvm.ir.Op.get(op_name)
+    ops = [tvm.ir.Op.get(n) for n in ((op_name,) if isinstance(op_name, str) else op_name)]
 
     @mutator
     class _Rewrite(PyExprMutator):  # pylint: disable=abstract-method
         def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
             call = super().visit_call_(call)
-            if isinstance(call, relax.Call) and call.op.same_as(op):
+            if isinstance(call, relax.Call) and any(call.op.same_as(op) for op in ops):
                 replaced = rewrite(call)
                 if replaced is not None:
                     return self.builder_.normalize(replaced)

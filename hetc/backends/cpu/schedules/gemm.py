@@ -186,6 +186,9 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
             runtime_j = True
         elif not read.source.same_as(block.writes[0].source):
             runtime_j = True
+    operands = [read for read in block.reads if not read.source.same_as(block.writes[0].source)]
+    if transposed and len(operands) == 1:
+        return False  # a sum along the last axis (a norm's mean): the reduction rules', not a product
     # Axes a shared operand depends on (batch of a batched matmul) stay outside the tile; the
     # others are fused into one row axis M (n*oh*ow of a conv), the register tile's rows.
     batch = [it for it in spatial[:-1] if any(uses(e, it.var) for ind in shared for e in ind)]
@@ -224,7 +227,9 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
                tile.vj if it is j and (not _static(it) or pad_columns) else 1 for it in main.iters]
     padded = []
     unpad = []
+    im2col = []
     if any(p > 1 for p in padding):
+        im2col = _reindex_windows(sch, main.block_rv, {idx for idx, _ in packs})
         before = {str(sch.get(b).name_hint) for b in sch.get_producers(main.block_rv)}
         sch.pad_einsum(main.block_rv, padding)
         padded = [b for b in sch.get_producers(main.block_rv) if str(sch.get(b).name_hint) not in before]
@@ -243,7 +248,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
         pblock = sch.get(producer.block_rv)
         last = pblock.writes[0].source.shape[-1]
         narrow = isinstance(last, tirx.IntImm) and int(last) < max(lanes, 4)
-        if per_channel or narrow or not _has_condition(pblock.body):
+        if per_channel or narrow or im2col or not _has_condition(pblock.body):
             try:
                 sch.compute_inline(producer.block_rv)
                 continue
@@ -252,6 +257,8 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
         schedule_spatial(sch, producer.block_rv, lanes)
     transposed_sources = [sch.get(main.block_rv).reads[idx].source for idx, _ in transposed]
     deferred = []  # padding of a transposed operand: inlined into its panel copy (below)
+    for window in im2col:
+        sch.compute_inline(window)  # into its padded copy: one pass writes the padded im2col
     for producer in padded:
         if all(is_constant(sch, read.source) for read in sch.get(producer).reads):
             sch.compute_inline(producer)  # a padded weight: into its packing, at compile time
@@ -369,6 +376,19 @@ def _j_last(pos: int):
         return (*[a for k, a in enumerate(axes) if k != pos], axes[pos])
 
     return index_map
+
+
+def _reindex_windows(sch: Schedule, block, constant: set[int]) -> list:
+    """The run-time operands a conv reads through windows (``x[oh * s + kh, ...]``) copied to
+    buffers indexed by the block's own axes (im2col, ``reindex``), so that ``pad_einsum`` takes
+    the block: a conv whose output rows are symbolic (audio over a symbolic sample count,
+    images of any size) is padded to whole tiles like a matmul. Returns the copies' blocks."""
+    windows = []
+    for idx, read in enumerate(sch.get(block).reads):
+        if idx in constant or all(isinstance(r.min, (tirx.Var, tirx.IntImm)) for r in read.region):
+            continue
+        windows.append(sch.reindex(block, ("read", idx)))
+    return windows
 
 
 def _static(it) -> bool:

@@ -1,0 +1,64 @@
+"""Symbolic dims and kernel fusion: a ``match_cast`` that only restates dims already bound
+leaves its function fused (``passes/shape_binding.py``), and a reshape between symbolic
+shapes is a view, not a kernel (``passes/phases._symbolic_reshape_as_view``)."""
+
+from __future__ import annotations
+
+import numpy as np
+from conftest import assert_close
+from onnx import TensorProto, helper, numpy_helper
+from tvm.script import relax as R
+from tvm.script import tirx as T
+
+import hetc
+from hetc.passes.shape_binding import binds_dims_in_dataflow
+
+RNG = np.random.default_rng(5)
+
+
+def test_match_cast_restating_bound_dims_does_not_unfuse():
+    @R.function
+    def restates(x: R.Tensor(("n", "t"), "float32")):
+        n, t = T.int64(), T.int64()
+        with R.dataflow():
+            y = R.strided_slice(x, axes=[1], begin=[1], end=[t])
+            z = R.match_cast(y, R.Tensor((n, t - 1), "float32"))
+            out = R.add(z, z)
+            R.output(out)
+        return out
+
+    @R.function
+    def binds_new(x: R.Tensor(("n", "t"), "float32")):
+        with R.dataflow():
+            y = R.unique(x)
+            m = T.int64()
+            z = R.match_cast(y, R.Tensor((m,), "float32"))
+            out = R.add(z, z)
+            R.output(out)
+        return out
+
+    assert not binds_dims_in_dataflow(restates)
+    assert binds_dims_in_dataflow(binds_new)
+
+
+def _reshape_model():
+    w = RNG.standard_normal((4, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["r"]),
+         helper.make_node("MatMul", ["r", "w"], ["m"]),
+         helper.make_node("Relu", ["m"], ["y"])], "reshape",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "t", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "t2", 4])],
+        [numpy_helper.from_array(np.array([0, -1, 4], np.int64), "shape"), numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, w
+
+
+def test_symbolic_reshape_is_a_view():
+    model, w = _reshape_model()
+    compiled = hetc.compile(model, "cpu")
+    assert not [name for name in compiled.report["kernels"] if "reshape" in name], compiled.report["kernels"]
+    for n, t in ((1, 5), (3, 11)):
+        x = RNG.standard_normal((n, t, 8)).astype(np.float32)
+        assert_close(compiled.run({"x": x})["y"], np.maximum(x.reshape(n, 2 * t, 4) @ w, 0), rel=1e-5)
