@@ -61,10 +61,9 @@ CASES = {
     "depthwise3x3_stride2": (lambda: _conv_model(2, 48, 15, 15, 48, 3, stride=2, pad=1, group=48),
                              "sliding-window"),
     "depthwise5x5_prime_width": (lambda: _conv_model(1, 16, 13, 13, 16, 5, pad=2, group=16), "sliding-window"),
-    # 24 channels are whole vectors on AVX2 (8 lanes) only; on AVX-512 the contraction rule's
-    # half-vector tiles take it
-    "depthwise_24_channels": (lambda: _conv_model(1, 24, 10, 10, 24, 3, pad=1, group=24),
-                              "sliding-window" if 24 % _LANES == 0 else "contraction"),
+    # 24 channels are whole vectors on AVX2 (8 lanes) only; on AVX-512 they are padded to 32
+    # (ragged_conv.py) for the sliding-window kernel
+    "depthwise_24_channels": (lambda: _conv_model(1, 24, 10, 10, 24, 3, pad=1, group=24), "sliding-window"),
     "conv3x3_rgb_stem": (lambda: _conv_model(1, 3, 32, 32, 32, 3, stride=2, pad=1, relu=True), "contraction"),
     "grouped_conv": (lambda: _conv_model(1, 16, 8, 8, 32, 3, pad=1, group=4), None),
     "matmul_const_odd": (lambda: _single("MatMul", [[2, 37, 53]], [2, 37, 29], {"W": _w(53, 29)}), "contraction"),
@@ -381,6 +380,54 @@ def test_layer_norm_of_one_row_is_not_scheduled_as_rows_of_columns(rows, rule):
     assert set(compiled.report["kernels"].values()) == {rule}, compiled.report["kernels"]
     x = np.random.default_rng(0).standard_normal((1, rows, 768)).astype(np.float32)
     assert_close(compiled.run({"x": x})["y"], ort_run(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("rows", [197, 3137])
+def test_static_rows_without_a_good_divisor_are_padded_to_whole_tiles(rows):
+    """197 tokens (ViT-B/16) or 3137 (CoaT: prime) allowed only a one-row tile, which reloads
+    every weight vector per row (a 3137x152 @ 152x608 matmul 2.2x slower); the rows are padded
+    to whole tiles instead, as for a symbolic count."""
+    import re
+
+    from tvm import te
+
+    from hetc.backends.cpu.schedules import schedule_func
+
+    a, b = te.placeholder((rows, 64), name="a"), te.placeholder((64, 96), name="b")
+    k = te.reduce_axis((0, 64), "k")
+    c = te.compute((rows, 96), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="matmul")
+    target = llvm_target(CompileOptions())
+    scheduled, rule = schedule_func(te.create_prim_func([a, b, c]).with_attr("layout_free_buffers", [1]), target,
+                                    simd_lanes(target))
+    script = scheduled.script()
+    assert rule == "contraction" and '"a_pad"' in script, script
+    assert max(int(u) for u in re.findall(r"T\.unroll\((\d+)\)", script)) >= 4, script
+    w = np.random.default_rng(2).standard_normal((64, 96)).astype(np.float32)
+    model = make([helper.make_node("MatMul", ["x", "w"], ["y"])], [tensor("x", [1, rows, 64])],
+                 [tensor("y", [1, rows, 96])], {"w": w})
+    data = {"x": np.random.default_rng(3).standard_normal((1, rows, 64)).astype(np.float32)}
+    assert_close(hetc.compile(model, "cpu").run(data)["y"], ort_run(model, data)[0], rel=1e-5)
+
+
+@pytest.mark.parametrize("tokens", [962, 197, 256])
+def test_softmax_rows_no_vector_divides_are_not_split_with_a_guard(tokens):
+    """A row of 962 tokens (timm PiT) split by the vector width with a guarded tail ran scalar
+    (4.3 ms a call); left whole, LLVM vectorizes it with its own remainder loop. Rows a vector
+    divides are split as dlight does."""
+    from tvm import te, topi
+
+    from hetc.backends.cpu.schedules import schedule_func
+
+    x = te.placeholder((2, 24, tokens), name="x")
+    func = te.create_prim_func([x, topi.nn.fast_softmax(x)])
+    target = llvm_target(CompileOptions())
+    scheduled, rule = schedule_func(func, target, simd_lanes(target))
+    assert rule == "row-reduction"
+    assert "T.where(" not in scheduled.script(), scheduled.script()
+    model = make([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [tensor("x", [2, 24, tokens])],
+                 [tensor("y", [2, 24, tokens])], {}, opset=17)
+    data = {"x": np.random.default_rng(1).standard_normal((2, 24, tokens)).astype(np.float32)}
+    assert_close(hetc.compile(model, "cpu").run(data)["y"], ort_run(model, data)[0], rel=1e-5)
 
 
 @pytest.mark.parametrize("dims", [{"batch": (1, 1), "seq": (1, 1)}, {"batch": (1, 4), "seq": (1, 64)}])

@@ -42,6 +42,29 @@ def test_ragged_output_channels_run_on_the_contraction_kernel(cin, cout, kernel,
         assert_close(compiled.run(x)["y"], ort_run(model, x)[0], rel=1e-5)
 
 
+def _depthwise(channels: int, stride: int):
+    w = (RNG.standard_normal((channels, 1, 3, 3)) * 0.3).astype(np.float32)
+    b = RNG.standard_normal(channels).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=channels, pads=[1] * 4, strides=[stride] * 2),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    return make(nodes, [tensor("x", ["n", channels, 12, 12])], [tensor("y", ["n", channels, None, None])],
+                {"w": w, "b": b})
+
+
+@pytest.mark.parametrize("channels, stride", [(162, 1), (228, 2), (38, 1)])  # timm ReXNet's depthwise layers
+@pytest.mark.parametrize("cpu", [None, "haswell"])
+def test_ragged_depthwise_runs_on_the_sliding_window_kernel(channels, stride, cpu):
+    """A depthwise conv whose channels no vector divides, padded with zero channels (input,
+    weight, groups), runs on the sliding-window kernel, not the contraction tile (40x slower)."""
+    model = _depthwise(channels, stride)
+    compiled = hetc.compile(model, "cpu", cpu=cpu)
+    rules = [rule for name, rule in compiled.report["kernels"].items() if "conv2d" in name]
+    assert rules == ["sliding-window"], compiled.report["kernels"]
+    for n in (1, 2):
+        x = {"x": RNG.standard_normal((n, channels, 12, 12)).astype(np.float32)}
+        assert_close(compiled.run(x)["y"], ort_run(model, x)[0], rel=1e-5)
+
+
 def _nhwc_conv(cout: int):
     """An NHWC conv2d call as the layout passes leave it, with a constant OHWI weight."""
     from tvm import relax

@@ -62,3 +62,31 @@ def test_symbolic_reshape_is_a_view():
     for n, t in ((1, 5), (3, 11)):
         x = RNG.standard_normal((n, t, 8)).astype(np.float32)
         assert_close(compiled.run({"x": x})["y"], np.maximum(x.reshape(n, 2 * t, 4) @ w, 0), rel=1e-5)
+
+
+def test_reshapes_after_a_strided_conv_are_views_in_the_vm():
+    """Reshapes over dims a strided conv computes (``(t - 3) // 2 + 1``) reach the VM as
+    ``R.reshape``; its lowering (``passes/vm_pipeline.py``) keeps them views instead of TVM's
+    unscheduled copy kernels (1.1 ms of wav2vec2-conformer's 2 ms)."""
+    import re
+
+    from conftest import ort_run
+
+    w = (RNG.standard_normal((8, 8, 3)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], strides=[2]),
+             helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("Reshape", ["t", "shape"], ["r"]),
+             helper.make_node("Relu", ["r"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "conv_reshape", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8, "t"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "f", 2, 4])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([0, 0, 2, 4], np.int64), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    compiled = hetc.compile(model, "cpu")
+    text = compiled._runners[0].module.as_text()
+    assert "vm.builtin.reshape" in text
+    assert not re.findall(r"call\s+reshape", text), text
+    for n, t in ((1, 9), (2, 30)):
+        x = {"x": RNG.standard_normal((n, 8, t)).astype(np.float32)}
+        assert_close(compiled.run(x)["y"], ort_run(model, x)[0], rel=1e-5)

@@ -46,6 +46,7 @@ from ..graph import OpGraph
 from ..options import CompileOptions
 from ..passes.phases import fusion_passes
 from ..passes.pipeline import Stage
+from ..passes.vm_pipeline import vm_pipeline
 from ..targets import Target, TargetKind, get_target
 
 # tag_nodes names op bindings "hetc_<node id>_"; a BlockBuilder makes a clashing name unique by
@@ -567,17 +568,6 @@ def split_stages(placement: Placement, names: dict[int, str], targets: Sequence[
                            constant_transfer_pass)]
 
 
-def _vm_pipeline(plan_memory: bool) -> tvm.transform.Pass:
-    """``relax.pipeline.default_build_pipeline``, optionally without ``StaticPlanBlockMemory``."""
-    t = relax.transform
-    passes = [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan(), t.LegalizeOps(),
-              t.RewriteDataflowReshape(), t.ToNonDataflow(), t.RemovePurityChecking(), t.CallTIRRewrite(),
-              *([t.StaticPlanBlockMemory()] if plan_memory else []),
-              t.RewriteCUDAGraph(), t.LowerAllocTensor(), t.KillAfterLastUse(), t.LowerRuntimeBuiltin(),
-              t.ComputePrimValue(), t.VMShapeLower(), t.AttachGlobalSymbol()]
-    return tvm.transform.Sequential(passes)
-
-
 def build(mod: tvm.IRModule, placement: Placement, options: CompileOptions):
     """One VM executable for all devices; the host code (and CPU kernels) for this machine's CPU.
 
@@ -587,7 +577,7 @@ def build(mod: tvm.IRModule, placement: Placement, options: CompileOptions):
     """
     host = _tvm_target(get_target("cpu"), options)
     try:
-        return tvm.compile(mod, host, relax_pipeline=_vm_pipeline(not placement.shares_device_type))
+        return tvm.compile(mod, host, relax_pipeline=vm_pipeline(not placement.shares_device_type))
     except Exception as err:
         devices = ",".join(placement.devices)
         raise CompileError(f"code generation for {devices} failed: {last_line(err)}") from err

@@ -9,6 +9,7 @@ import tvm
 from ...errors import CompileError, last_line, unlowered_call
 from ...native_log import filtered_stderr
 from ...options import CompileOptions
+from ...passes.vm_pipeline import vm_pipeline
 from .pool import pool_object
 
 
@@ -72,7 +73,7 @@ def build(mod: tvm.IRModule, options: CompileOptions):
     """Lower the optimized module to the Relax VM and generate LLVM code."""
     target = llvm_target(options)
     try:
-        pipeline = tvm.transform.Sequential([tvm.relax.get_pipeline("default"), _shape_funcs_noalias])
+        pipeline = tvm.transform.Sequential([vm_pipeline(), _shape_funcs_noalias])
         return tvm.compile(mod, target, relax_pipeline=pipeline)
     except Exception as err:
         reason = unlowered_call(err, mod) or last_line(err)

@@ -114,6 +114,12 @@ def tile_candidates(m: int, n: int, lanes: int, registers: int, row_extents: Seq
     return [tile for *_, tile in sorted(scored, key=lambda t: t[:2])]
 
 
+def _score(tile: Tile) -> float:
+    """Multiply-add lanes per load of a tile (``tile_candidates``' order)."""
+    vectors = tile.vj // tile.width if tile.width else tile.vj
+    return tile.rows * vectors * max(tile.width, 1) / (tile.rows + vectors)
+
+
 def choose_tile(m: int, n: int, lanes: int, registers: int, row_extents: Sequence[int] = ()) -> Tile:
     """The default schedule's register tile (the best-scored candidate)."""
     return tile_candidates(m, n, lanes, registers, row_extents)[0]
@@ -209,8 +215,17 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
                    and j.dom % lanes != 0 and j.dom >= 4 * lanes)
     if pad_columns:
         n = SYMBOLIC_EXTENT
-    tiles = tile_candidates(m, n, lanes if vector_dtypes(block) else 0, TILE_REGISTERS if lanes >= 16 else 16,
-                            row_extents)
+    registers = TILE_REGISTERS if lanes >= 16 else 16
+    tiles = tile_candidates(m, n, lanes if vector_dtypes(block) else 0, registers, row_extents)
+    # A static row count with no good divisor (3137 tokens of CoaT, 197 of a ViT: prime or
+    # nearly) leaves a tile of one or two rows, which reloads every weight vector per row; the
+    # rows are padded to whole tiles instead, as for a symbolic count.
+    pad_rows = bool(rows_axes) and not _static(rows_axes[0])
+    if (len(rows_axes) == 1 and _static(rows_axes[0]) and m >= 4 * MAX_ROWS and vector_dtypes(block)
+            and all(isinstance(r.min, (tirx.Var, tirx.IntImm)) for read in block.reads for r in read.region)):
+        padded_tiles = tile_candidates(SYMBOLIC_EXTENT, n, lanes, registers, [SYMBOLIC_EXTENT])
+        if padded_tiles and tiles and _score(padded_tiles[0]) > 1.25 * _score(tiles[0]):
+            tiles, pad_rows = padded_tiles, True
     if variant >= len(tiles):
         return False
     tile = tiles[variant]
@@ -223,7 +238,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     # Symbolic rows (seq) or columns: the contraction runs on operands padded to whole tiles
     # (a copy of the runtime operand, zero rows/columns appended), so the micro-kernel has no
     # guard and its accumulator tile stays in registers; the epilogue stores only the real rows.
-    padding = [tile.rows if rows_axes and it is rows_axes[0] and not _static(it) else
+    padding = [tile.rows if pad_rows and it is rows_axes[0] else
                tile.vj if it is j and (not _static(it) or pad_columns) else 1 for it in main.iters]
     padded = []
     unpad = []
