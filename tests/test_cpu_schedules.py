@@ -45,7 +45,6 @@ def _conv_pool_model(pool, **attrs):
                 {i.name: numpy_helper.to_array(i) for i in conv.graph.initializer})
 
 
-_LANES = simd_lanes(llvm_target(CompileOptions()))
 
 CASES = {
     # name: (model, rule every heavy kernel must get)
