@@ -14,8 +14,8 @@ audio decoders, DCGAN's 4x4/stride-2) adds two blocks per axis. A kernel that is
 multiple of the stride (3x3, stride 2, output padding 1) is zero-padded to the next multiple
 that also covers the output padding. TVM lowers conv1d/conv2d_transpose to a scalar loop nest
 (only NCW/NCHW): Mask R-CNN's 2x2 mask head took about 40% of its run, Conv-TasNet's decoder
-(16 taps, stride 8) 80% (2-core Zen 5, AVX-512). One group and no dilation only; the batch and
-spatial dims may be symbolic.
+(16 taps, stride 8) 80% (2-core Zen 5, AVX-512). One group, no dilation and at most
+``MAX_TERMS`` blocks only; the batch and spatial dims may be symbolic.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from tvm import relax, tirx
 from .pipeline import call_rewrite_pass, out_dtype
 
 _LAYOUTS = {1: ("NCW", "IOW"), 2: ("NCHW", "IOHW")}
+MAX_TERMS = 16  # shifted blocks to add (a stride-1 3x3 has 9); more stay on TVM's lowering
 
 
 def as_matmul(call: relax.Call) -> relax.Expr | None:
@@ -53,6 +54,8 @@ def as_matmul(call: relax.Call) -> relax.Expr | None:
     # taps per axis: the kernel and the output padding, rounded up to whole strides
     taps = [math.ceil((k + e) / s) * s for k, e, s in zip(kernel, extra, strides)]
     blocks = [t // s for t, s in zip(taps, strides)]
+    if math.prod(blocks) > MAX_TERMS:
+        return None
     n, _, *size = x.ty.shape.values
 
     if taps != kernel:  # zero taps: the kernel padded at its end
