@@ -384,7 +384,7 @@ def test_layer_norm_of_one_row_is_not_scheduled_as_rows_of_columns(rows, rule):
 @pytest.mark.parametrize("rows", [197, 3137])
 def test_static_rows_without_a_good_divisor_are_padded_to_whole_tiles(rows):
     """197 tokens (ViT-B/16) or 3137 (CoaT: prime) allowed only a one-row tile, which reloads
-    every weight vector per row (a 3137x152 @ 152x608 matmul 2.2x slower); the rows are padded
+    every weight vector per row (a 3137x152 @ 152x608 matmul 2.2x slower, 2-core Zen 5, AVX-512); the rows are padded
     to whole tiles instead, as for a symbolic count."""
     import re
 
@@ -411,7 +411,7 @@ def test_static_rows_without_a_good_divisor_are_padded_to_whole_tiles(rows):
 @pytest.mark.parametrize("tokens", [962, 197, 256])
 def test_softmax_rows_no_vector_divides_are_not_split_with_a_guard(tokens):
     """A row of 962 tokens (timm PiT) split by the vector width with a guarded tail ran scalar
-    (4.3 ms a call); left whole, LLVM vectorizes it with its own remainder loop. Rows a vector
+    (4.3 ms a call, 2-core Zen 5, AVX-512); left whole, LLVM vectorizes it with its own remainder loop. Rows a vector
     divides are split as dlight does."""
     from tvm import te, topi
 

@@ -20,6 +20,7 @@ that also covers the output padding. TVM lowers conv1d/conv2d_transpose to a sca
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from tvm import relax, tirx
@@ -69,10 +70,10 @@ def as_matmul(call: relax.Call) -> relax.Expr | None:
     p = relax.op.reshape(p, relax.ShapeExpr([n, *size, *blocks, o, *strides]))
 
     total = None
-    for q in _indices(blocks):  # overlap-add: block q shifted by q along each axis
+    for q in itertools.product(*map(range, blocks)):  # overlap-add: block q shifted by q along each axis
         term = relax.op.strided_slice(p, list(range(1 + dims, 1 + 2 * dims)), list(q), [v + 1 for v in q])
         term = relax.op.reshape(term, relax.ShapeExpr([n, *size, o, *strides]))
-        if any(blocks[a] > 1 for a in range(dims)):
+        if math.prod(blocks) > 1:
             widths = [0, 0] + [v for a in range(dims) for v in (q[a], blocks[a] - 1 - q[a])] + [0, 0] * (1 + dims)
             term = relax.op.nn.pad(term, widths)
         total = term if total is None else relax.op.add(total, term)
@@ -87,13 +88,6 @@ def as_matmul(call: relax.Call) -> relax.Expr | None:
         y = relax.op.strided_slice(y, list(range(2, 2 + dims)), pads[:dims],
                                    [b + v for b, v in zip(pads[:dims], out)], assume_inbound=True)
     return y
-
-
-def _indices(extents: list[int]) -> list[tuple[int, ...]]:
-    out = [()]
-    for e in extents:
-        out = [t + (k,) for t in out for k in range(e)]
-    return out
 
 
 conv_transpose_as_matmul_pass = call_rewrite_pass(

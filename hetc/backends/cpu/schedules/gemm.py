@@ -222,7 +222,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     # rows are padded to whole tiles instead, as for a symbolic count.
     pad_rows = bool(rows_axes) and not _static(rows_axes[0])
     if (len(rows_axes) == 1 and _static(rows_axes[0]) and m >= 4 * MAX_ROWS and vector_dtypes(block)
-            and all(isinstance(r.min, (tirx.Var, tirx.IntImm)) for read in block.reads for r in read.region)):
+            and not any(_windowed(read) for read in block.reads)):
         padded_tiles = tile_candidates(SYMBOLIC_EXTENT, n, lanes, registers, [SYMBOLIC_EXTENT])
         if padded_tiles and tiles and _score(padded_tiles[0]) > 1.25 * _score(tiles[0]):
             tiles, pad_rows = padded_tiles, True
@@ -400,10 +400,15 @@ def _reindex_windows(sch: Schedule, block, constant: set[int]) -> list:
     images of any size) is padded to whole tiles like a matmul. Returns the copies' blocks."""
     windows = []
     for idx, read in enumerate(sch.get(block).reads):
-        if idx in constant or all(isinstance(r.min, (tirx.Var, tirx.IntImm)) for r in read.region):
+        if idx in constant or not _windowed(read):
             continue
         windows.append(sch.reindex(block, ("read", idx)))
     return windows
+
+
+def _windowed(read) -> bool:
+    """An access indexed by more than plain iterators (a conv's ``oh * s + kh``): not einsum."""
+    return not all(isinstance(r.min, (tirx.Var, tirx.IntImm)) for r in read.region)
 
 
 def _static(it) -> bool:
