@@ -58,3 +58,29 @@ def test_grouped_conv3d_is_left_alone():
     assert relax_op_counts(conv3d_as_conv2d_pass(to_relax(load_model(model))))["relax.nn.conv3d"] == 1
     x = {"x": RNG.standard_normal((2, 4, 5, 9, 10)).astype(np.float32)}
     assert_close(hetc.compile(model, "cpu").run(x)["y"], ort_run(model, x)[0], rel=1e-5)
+
+
+def test_2plus1d_block_runs_channels_last_without_transposes():
+    """A (2+1)-D block (1x3x3 spatial conv, ReLU, 3x1x1 temporal conv, ReLU): in NDHWC both
+    convs read views of the activations, so the model's only copies are the two layout
+    transposes at its input and output (there were four more a conv in NCDHW)."""
+    w1 = (RNG.standard_normal((8, 4, 1, 3, 3)) * 0.2).astype(np.float32)
+    w2 = (RNG.standard_normal((6, 8, 3, 1, 1)) * 0.2).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[0, 1, 1, 0, 1, 1]),
+         helper.make_node("Relu", ["a"], ["b"]),
+         helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1, 0, 0, 1, 0, 0], strides=[2, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "r2plus1d",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, 8, 9, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 6, 4, 9, 10])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    compiled = hetc.compile(model, "cpu")
+    kernels = compiled.report["kernels"]
+    assert sum("conv2d" in name for name in kernels) == 2, kernels
+    assert sum("transpose" in name for name in kernels) == 2, kernels
+    assert all(rule == "contraction" for name, rule in kernels.items() if "conv2d" in name), kernels
+    for n in (1, 2):
+        x = {"x": RNG.standard_normal((n, 4, 8, 9, 10)).astype(np.float32)}
+        assert_close(compiled.run(x)["y"], ort_run(model, x)[0], rel=1e-5)

@@ -148,6 +148,17 @@ def test_depthwise_qlinear_conv_in_float_is_exact(shape):
     assert any("depthwise_conv2d_u8" in name for name in names), compiled.report["kernels"]
 
 
+def test_grouped_qlinear_conv_is_split_and_exact():
+    """A grouped (not depthwise) QLinearConv, RegNet-like (8 channels a group): split into one
+    integer conv per group (the CPU's one-kernel grouped lowering is float32 only), exact."""
+    model, x = _qlinear_conv(1, 32, 9, 9, 32, 3, 1, 1, seed=7, group=4)
+    compiled = hetc.compile(model, "cpu")
+    got = compiled.run({"x": x})["y"]
+    np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
+    assert "generic" not in [rule for name, rule in compiled.report["kernels"].items() if "conv" in name], \
+        compiled.report["kernels"]
+
+
 # --- AVX2 without VNNI: vpmaddwd on int16 operands (compiled for haswell, runs on any x86-64
 # CPU CI has: every one of them has AVX2)
 

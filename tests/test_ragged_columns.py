@@ -109,3 +109,32 @@ def test_attention_scores_over_a_ragged_static_token_count(tokens):
     assert rules == ["contraction"], compiled.report["kernels"]
     feeds = {n: RNG.standard_normal((1, heads, tokens, dim)).astype(np.float32) for n in ("q", "k")}
     assert_close(compiled.run(feeds)["y"], ort_run(model, feeds)[0], rel=1e-5)
+
+
+def _square_conv(size: int, cin: int, cout: int, kernel: int, stride: int = 1, dilation: int = 1):
+    inits = {"w": (RNG.standard_normal((cout, cin, kernel, kernel)) * 0.1).astype(np.float32),
+             "b": RNG.standard_normal(cout).astype(np.float32)}
+    node = helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[dilation * (kernel // 2)] * 4,
+                            strides=[stride, stride], dilations=[dilation, dilation])
+    return make([node, helper.make_node("Relu", ["c"], ["y"])], [tensor("x", ["n", cin, size, size])],
+                [tensor("y", ["n", cout, None, None])], inits)
+
+
+@pytest.mark.parametrize("size, cout, kernel, stride, dilation, wider", [
+    (17, 64, 3, 1, 1, True),  # Inception-v3's 17x17 stage: a one-row tile otherwise
+    (17, 48, 3, 1, 2, True),  # dilated (DeepLabV3's ASPP on a 65x65 image's map)
+    (35, 21, 1, 1, 1, False),  # 35 = 5 x 7: a 7-row tile; and ragged channels padded
+    (16, 64, 3, 1, 1, False),
+])
+@pytest.mark.parametrize("cpu", [None, "haswell"])
+def test_output_widths_without_a_good_tile_are_padded(size, cout, kernel, stride, dilation, wider, cpu):
+    """A static output width whose divisors give no register tile of several rows is computed
+    wider (zeros appended to the input by the conv's padding) and sliced back (ragged_conv.py)."""
+    model = _square_conv(size, 16, cout, kernel, stride, dilation)
+    compiled = hetc.compile(model, "cpu", cpu=cpu, winograd="off")
+    convs = [name for name in compiled.report["kernels"] if "conv2d" in name]
+    assert len(convs) == 1 and ("strided_slice" in convs[0]) == (wider or cout % 4 != 0), convs
+    assert compiled.report["kernels"][convs[0]] == "contraction"
+    for n in (1, 2):
+        x = {"x": RNG.standard_normal((n, 16, size, size)).astype(np.float32)}
+        assert_close(compiled.run(x)["y"], ort_run(model, x)[0], rel=1e-5)

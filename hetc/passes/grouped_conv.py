@@ -16,6 +16,7 @@ channel repeated ``m`` times.
 
 from __future__ import annotations
 
+import tvm
 from tvm import relax, tirx
 
 from .pipeline import call_rewrite_pass, out_dtype
@@ -23,8 +24,10 @@ from .pipeline import call_rewrite_pass, out_dtype
 MAX_GROUPS = 64
 
 
-def split_groups(call: relax.Call) -> relax.Expr | None:
-    """The per-group form of a grouped ``relax.nn.conv2d`` call, or None where it does not apply."""
+def split_groups(call: relax.Call, min_width: int = 1) -> relax.Expr | None:
+    """The per-group form of a grouped ``relax.nn.conv2d`` call, or None where it does not apply
+    (float32 groups of fewer than ``min_width`` input channels are left whole: a target with a
+    kernel for them, as the CPU's ``backends/cpu/grouped_conv.py``)."""
     attrs = call.attrs
     groups = int(attrs.groups)
     x, w = call.args
@@ -44,7 +47,8 @@ def split_groups(call: relax.Call) -> relax.Expr | None:
         # each input channel repeated m times (output o reads channel o // m), then depthwise
         return relax.op.nn.conv2d(relax.op.repeat(x, int(outputs) // groups, axis=axis), w, attrs.strides,
                                   attrs.padding, attrs.dilation, int(outputs), *layouts, out_dtype=out_dtype(attrs))
-    if groups > MAX_GROUPS:
+    floats = str(x.ty.dtype) == str(w.ty.dtype) == "float32" and out_dtype(attrs) in (None, "float32")
+    if groups > MAX_GROUPS or (floats and int(channels) // groups < min_width):
         return None
     xs, ws = relax.op.split(x, groups, axis=axis), relax.op.split(w, groups, axis=0)
     parts = [relax.op.nn.conv2d(relax.TupleGetItem(xs, g), relax.TupleGetItem(ws, g), attrs.strides, attrs.padding,
@@ -52,4 +56,6 @@ def split_groups(call: relax.Call) -> relax.Expr | None:
     return relax.op.concat(parts, axis=axis)
 
 
-split_grouped_conv_pass = call_rewrite_pass("HetcSplitGroupedConv", "relax.nn.conv2d", split_groups)
+def split_grouped_conv_pass(min_width: int = 1) -> tvm.transform.Pass:
+    """``split_groups`` on every conv2d."""
+    return call_rewrite_pass("HetcSplitGroupedConv", "relax.nn.conv2d", lambda call: split_groups(call, min_width))

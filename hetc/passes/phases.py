@@ -34,10 +34,14 @@ def inference_passes() -> list[Stage]:
     ]
 
 
-def simplify_passes() -> list[Stage]:
+def simplify_passes(group_width: int = 1, conv3d: bool = True) -> list[Stage]:
+    """Graph simplifications before the layout passes; grouped convs of ``group_width`` input
+    channels a group or more are split into one conv per group (1: all of them); ``conv3d``:
+    conv3ds as conv2ds here, in NCDHW (False: left to ``layout_passes``, in NDHWC)."""
     from .conv1d import conv1d_as_conv2d_pass
     from .conv3d import conv3d_as_conv2d_pass
     from .conv_transpose import conv_transpose_as_matmul_pass
+    from .dead_taps import dead_taps_pass
     from .fold_numpy import fold_numpy_pass
     from .grouped_conv import split_grouped_conv_pass
     from .legalize_dynamic import legalize_dynamic_pass
@@ -51,10 +55,12 @@ def simplify_passes() -> list[Stage]:
               lambda: simplify_ops_pass),
         Stage("conv1d_as_conv2d", "conv1d as conv2d over a height of one (hetc schedules conv2d)",
               lambda: conv1d_as_conv2d_pass),
-        Stage("conv3d_as_conv2d", "conv3d as one conv2d over depth-stacked channels (hetc schedules conv2d)",
-              lambda: conv3d_as_conv2d_pass),
+        *([Stage("conv3d_as_conv2d", "conv3d as one conv2d over depth-stacked channels (hetc schedules conv2d)",
+                 lambda: conv3d_as_conv2d_pass)] if conv3d else []),
+        Stage("drop_dead_taps", "drop conv taps that read only padding (dilated convs on small maps)",
+              lambda: dead_taps_pass),
         Stage("split_grouped_conv", "a grouped conv2d as one conv2d per group, concatenated",
-              lambda: split_grouped_conv_pass),
+              lambda: split_grouped_conv_pass(group_width)),
         Stage("conv_transpose_as_matmul", "a strided transposed conv as a matmul, an overlap-add and a depth-to-space",
               lambda: conv_transpose_as_matmul_pass),
         Stage("fold_numpy", "evaluate cheap ops on constants with numpy (FoldConstant builds each)",
@@ -69,6 +75,7 @@ def simplify_passes() -> list[Stage]:
 
 def layout_passes(layout: str | None) -> list[Stage]:
     """Convert conv layouts (each target picks its default; ``None`` or "NCHW" keeps ONNX's NCHW)."""
+    from .conv3d import conv3d_as_conv2d_pass
     from .fold_numpy import fold_numpy_pass
 
     if layout in (None, "NCHW"):
@@ -76,13 +83,15 @@ def layout_passes(layout: str | None) -> list[Stage]:
     # conv2d is named; ConvertLayout carries the layout through pools and elementwise ops. A
     # conv2d_transpose after a conv would follow it to NHWC, which TVM cannot lower (only
     # NCHW/IOHW: DPT's reassemble stage failed in code generation); it keeps NCHW.
-    desired = {"NHWC": {"relax.nn.conv2d": ["NHWC", "OHWI"],
+    desired = {"NHWC": {"relax.nn.conv2d": ["NHWC", "OHWI"], "relax.nn.conv3d": ["NDHWC", "ODHWI"],
                         "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}}[layout]
     return [
         Stage("stack_as_concat", "stack as expand_dims + concat (ConvertLayout's stack rule fails)",
               lambda: call_rewrite_pass("HetcStackAsConcat", "relax.stack", _stack_as_concat)),
         Stage("convert_layout", f"convert conv/pool layouts to {layout}",
               lambda: _convert_conv_layout(desired)),
+        Stage("conv3d_as_conv2d_channels_last", "conv3d (NDHWC) as one conv2d, with views of the activations",
+              lambda: conv3d_as_conv2d_pass),
         Stage("fold_layout_numpy", "fold the weight transposes the layout change added (numpy)",
               lambda: fold_numpy_pass),
         Stage("fold_layout_constants", "fold what is left of them",
@@ -110,7 +119,7 @@ def _convert_conv_layout(desired: dict) -> tvm.transform.Pass:
 
     @tvm.transform.module_pass(opt_level=0, name="HetcConvertConvLayout")
     def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if not _convs_to_convert(mod, desired["relax.nn.conv2d"][0]):
+        if not _convs_to_convert(mod, desired):
             return mod  # none, or all in the layout already (conv1d's rewrite makes them NHWC)
         try:
             converted = relax.transform.ConvertLayout(desired)(mod)
@@ -129,12 +138,14 @@ def _convert_conv_layout(desired: dict) -> tvm.transform.Pass:
     return apply
 
 
-def _convs_to_convert(mod: tvm.IRModule, layout: str) -> int:
-    """The conv2d calls not yet in ``layout``."""
-    conv2d, count = tvm.ir.Op.get("relax.nn.conv2d"), [0]
+def _convs_to_convert(mod: tvm.IRModule, desired: dict) -> int:
+    """The conv2d and conv3d calls not yet in their ``desired`` layout."""
+    wanted = {tvm.ir.Op.get(op): desired[op][0] for op in ("relax.nn.conv2d", "relax.nn.conv3d")}
+    count = [0]
 
     def visit(expr) -> None:
-        if isinstance(expr, relax.Call) and expr.op.same_as(conv2d) and str(expr.attrs.data_layout) != layout:
+        if isinstance(expr, relax.Call) and any(expr.op.same_as(op) and str(expr.attrs.data_layout) != layout
+                                                for op, layout in wanted.items()):
             count[0] += 1
 
     for func in mod.functions.values():

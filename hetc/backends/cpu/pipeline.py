@@ -23,11 +23,13 @@ from ...passes.phases import (
 )
 from ...passes.pipeline import Stage
 from ..byoc import with_offloads
+from . import grouped_conv
 from .codegen import llvm_target
 from .fold_packing import fold_packing_pass
 from .int8 import int8_conv_pass
 from .ragged_conv import ragged_conv_pass
 from .schedules import default_schedule_pass, simd_lanes, split_weight_packing_pass
+from .schedules.gemm import conv_row_score
 from .schedules.int8 import VNNI, instruction
 from .winograd import winograd_pass
 
@@ -94,7 +96,7 @@ def winograd_passes(options: CompileOptions) -> list[Stage]:
     (or ``--winograd``) picks it (``winograd.py``); integer convs in the form the int8 kernels
     take, on CPUs with an int8 dot product (``int8.py``). Both after the layout passes (NHWC convs)."""
     stages = [Stage("ragged_conv", "convs whose output channels no vector width divides, padded to one",
-                    lambda: ragged_conv_pass(simd_lanes(llvm_target(options)))),
+                    lambda: ragged_conv_pass(simd_lanes(llvm_target(options)), conv_row_score)),
               Stage("winograd", "3x3 stride-1 convs as Winograd F(m x m, 3x3) where it pays",
                     lambda: winograd_pass(options.winograd))]
     kind = instruction(llvm_target(options))
@@ -136,12 +138,12 @@ def pre_schedule_stages(options: CompileOptions, offloads: Sequence = ()) -> lis
     """
     return with_offloads(
         inference_passes()
-        + simplify_passes()
+        + simplify_passes(group_width=grouped_conv.MIN_SPLIT_WIDTH, conv3d=False)
         + layout_passes(options.layout or "NHWC")
         + precision_passes()
         + winograd_passes(options)
         + transpose_matmul_passes()
-        + legalize_passes(FAST_MATH)
+        + legalize_passes({**FAST_MATH, "relax.nn.conv2d": grouped_conv.legalization(simd_lanes(llvm_target(options)))})
         + fusion_passes()
         + [Stage("mark_constant_params", "tell each kernel which of its inputs are constants (packable)",
                  relax.transform.AttachAttrLayoutFreeBuffers)],

@@ -67,6 +67,9 @@ SYMBOLIC_EXTENT = 720720
 # Fewer static tasks than this in the parallel loop of a symbolic kernel: parallelize the outer
 # (batch, head) loops instead.
 MIN_TASKS = 8
+# A static row axis at least this long outside a symbolic innermost one (``[seq, batch]``) is
+# the register tile's rows instead (``_symbolic_rows``).
+MIN_STATIC_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,19 @@ def _score(tile: Tile) -> float:
     """Multiply-add lanes per load of a tile (``tile_candidates``' order)."""
     vectors = tile.vj // tile.width if tile.width else tile.vj
     return tile.rows * vectors * max(tile.width, 1) / (tile.rows + vectors)
+
+
+def _padded_score(tile: Tile, rows: int) -> float:
+    """``_score`` of a tile whose rows are padded up from ``rows``, the padding counted as waste."""
+    return _score(tile) * rows / (-(-rows // tile.rows) * tile.rows)
+
+
+def conv_row_score(rows: int, width: int, columns: int, lanes: int) -> float:
+    """The best tile's ``_score`` for a conv's output rows ``rows x width`` (static) and
+    ``columns`` output channels: the tile's rows must be a box in them (``is_box``)."""
+    registers = TILE_REGISTERS if lanes >= 16 else 16
+    tiles = tile_candidates(rows * width, columns, lanes, registers, [rows, width])
+    return _score(tiles[0]) if tiles else 0.0
 
 
 def choose_tile(m: int, n: int, lanes: int, registers: int, row_extents: Sequence[int] = ()) -> Tile:
@@ -220,11 +236,15 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     # A static row count with no good divisor (3137 tokens of CoaT, 197 of a ViT: prime or
     # nearly) leaves a tile of one or two rows, which reloads every weight vector per row; the
     # rows are padded to whole tiles instead, as for a symbolic count.
+    # A short one (17 tokens of a ViT at 64x64, 50 at 224 with a 32-pixel patch) was worst:
+    # a 1-row tile re-read each weight panel once per row (6.7x onnxruntime on a 17x768x3072
+    # MLP, 2-core Zen 5, AVX-512); the padded tile is scored with its wasted rows counted.
     pad_rows = bool(rows_axes) and not _static(rows_axes[0])
-    if (len(rows_axes) == 1 and _static(rows_axes[0]) and m >= 4 * MAX_ROWS and vector_dtypes(block)
+    if (len(rows_axes) == 1 and _static(rows_axes[0]) and vector_dtypes(block)
             and not any(_windowed(read) for read in block.reads)):
-        padded_tiles = tile_candidates(SYMBOLIC_EXTENT, n, lanes, registers, [SYMBOLIC_EXTENT])
-        if padded_tiles and tiles and _score(padded_tiles[0]) > 1.25 * _score(tiles[0]):
+        padded_tiles = sorted(tile_candidates(SYMBOLIC_EXTENT, n, lanes, registers, [SYMBOLIC_EXTENT]),
+                              key=lambda t: -_padded_score(t, m))
+        if padded_tiles and tiles and _padded_score(padded_tiles[0], m) > 1.25 * _score(tiles[0]):
             tiles, pad_rows = padded_tiles, True
     if variant >= len(tiles):
         return False
@@ -424,6 +444,14 @@ def _symbolic_rows(spatial: list, batch: list, rows_axes: list) -> tuple[list, l
     if last < 0:
         return batch, rows_axes
     if last == len(rows_axes) - 1:
+        before = rows_axes[last - 1] if last else None
+        if before is not None and _static(before) and before.dom >= MIN_STATIC_ROWS:
+            # [seq, batch] with the batch symbolic (torch's seq-first MultiheadAttention, as
+            # torchvision's ViT exports it): the static seq is the tile's rows, the batch goes
+            # outside. Along the batch, one image's 17 tokens ran as 17 tiles of 5 padded rows
+            # (5x the multiply-adds: ViT-B/16's QKV projection 2.5x its MLP's time).
+            keep = id(before)
+            return [it for it in spatial[:-1] if id(it) != keep], [before]
         last -= 1  # the innermost row axis is symbolic: it stays the tile's (tailed) row axis
     outer = {id(it) for it in batch + rows_axes[:last + 1]}
     return [it for it in spatial if id(it) in outer], rows_axes[last + 1:]
