@@ -29,7 +29,7 @@ from .fold_packing import fold_packing_pass
 from .int8 import int8_conv_pass
 from .ragged_conv import ragged_conv_pass
 from .schedules import default_schedule_pass, simd_lanes, split_weight_packing_pass
-from .schedules.gemm import conv_row_score
+from .schedules.gemm import conv_row_tile, worth_padding
 from .schedules.int8 import VNNI, instruction
 from .winograd import winograd_pass
 
@@ -96,7 +96,7 @@ def winograd_passes(options: CompileOptions) -> list[Stage]:
     (or ``--winograd``) picks it (``winograd.py``); integer convs in the form the int8 kernels
     take, on CPUs with an int8 dot product (``int8.py``). Both after the layout passes (NHWC convs)."""
     stages = [Stage("ragged_conv", "convs whose output channels no vector width divides, padded to one",
-                    lambda: ragged_conv_pass(simd_lanes(llvm_target(options)), conv_row_score)),
+                    lambda: ragged_conv_pass(simd_lanes(llvm_target(options)), conv_row_tile, worth_padding)),
               Stage("winograd", "3x3 stride-1 convs as Winograd F(m x m, 3x3) where it pays",
                     lambda: winograd_pass(options.winograd))]
     kind = instruction(llvm_target(options))

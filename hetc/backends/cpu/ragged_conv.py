@@ -1,4 +1,4 @@
-"""conv2d with an output-channel count no vector width divides: padded to one that does.
+"""conv2d shapes the register tile fits badly: output channels and widths padded, sliced back.
 
 The contraction rule's register tile is a number of SIMD vectors wide; where no width of 4 or
 more divides the output channels it declines, and TVM's default loop nest runs the conv,
@@ -17,6 +17,10 @@ for it was the slowest kernel of timm's ReXNet (channels 162, 228, 300, ...: one
 3x3 layer 3.9 ms, 40x its sliding-window time; 2-core Zen 5, AVX-512). Its input gets zero channels appended too
 (the copy is a pad, inlined by the sliding-window rule), the groups grow with them, and the
 output is sliced back.
+
+A static-shape conv can also have channels a vector divides but no wider panel does (2000, 400),
+or an output width whose divisors leave a tile of one to three rows (17): ``pad_tile`` pads
+either where the tile it gets then scores better, its padding counted as waste.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from tvm import relax
 from ...passes.pipeline import call_rewrite_pass, out_dtype
 
 SMALLEST = 8  # fewer output channels are left alone (padding would multiply the work)
-WIDER = 1.15  # output widths are padded by at most this factor (ragged rows, below)
+WIDER = 1.15  # output widths are padded by at most this factor (``pad_tile``)
 
 
 def pad_outputs(call: relax.Call, width: int) -> relax.Expr | None:
@@ -57,42 +61,56 @@ def pad_outputs(call: relax.Call, width: int) -> relax.Expr | None:
     return relax.op.strided_slice(conv, axes=[3], begin=[0], end=[outputs], assume_inbound=True)
 
 
-def pad_width(call: relax.Call, lanes: int, row_score: Callable[[int, int, int, int], float]) -> relax.Expr | None:
-    """The form of a static-shape conv2d (NHWC) whose output width leaves no good register
-    tile, computed over a wider output and sliced back; None where it does not apply.
+def pad_tile(call: relax.Call, lanes: int, row_tile: Callable[[int, int, int, int], tuple[int, float]],
+             worth: Callable[[int, float, float], bool]) -> relax.Expr | None:
+    """The form of a static-shape conv2d (NHWC, one group, a constant float weight) computed
+    with more output channels and/or a wider output, then sliced back, where that gives a better
+    register tile; None where it does not apply or would not pay.
 
-    The contraction tile's rows must be a box in the output's ``oh x ow`` (``gemm.is_box``):
-    a divisor of ``ow`` or whole rows of it. At 17x17 (Inception-v3's middle stage, DeepLabV3's
-    ASPP at 65x65/4) that is one row, each weight vector reloaded per output pixel: a 960->256
-    3x3 conv ran 3.7x onnxruntime (24.4 ms; 2-core Zen 5, AVX-512, LLVM ``znver5``). With
-    the input padded on the right (zeros, in the conv's own padding) the output is
-    ``ow' <= WIDER * ow`` wide, ``ow'`` chosen for the best tile score with the extra columns
-    counted as waste, and the slice drops them. ``row_score(oh, ow, channels, lanes)`` scores
-    the best tile (``schedules.gemm.conv_row_score``)."""
+    The contraction tile is ``rows x vj``: ``vj`` (up to four vectors) must divide the output
+    channels and the rows must be a box in ``oh x ow`` (``gemm.is_box``: a divisor of ``ow`` or
+    whole rows of it). 2000 channels (wav2letter; 400, 208, 440 in RegNets) allow a one-vector
+    panel, 17 pixels a row (Inception-v3's middle stage) a one-row tile: each load then feeds one
+    or a few multiply-adds. A 960->256 3x3 conv at 17x17 ran 3.7x onnxruntime (24.4 ms; 2-core
+    Zen 5, AVX-512, LLVM ``znver5``). So the channels of a one-vector panel may be rounded up to
+    2-4 vectors and the output widened up to ``WIDER * ow`` (zeros appended on the right, in the
+    conv's own padding): the candidate ``row_tile(oh, ow, channels, lanes)`` scores best
+    (``schedules.gemm.conv_row_tile``: the best tile's rows and score), its padding counted as
+    waste, where ``worth(rows, score, padded score)`` (``schedules.gemm.worth_padding``) says
+    it beats the plain tile. Channel counts no width of 4 divides are padded to a vector
+    either way (``pad_outputs``)."""
     attrs = call.attrs
     x, w = call.args
-    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != ("NHWC", "OHWI", "NHWC"):
+    if ((str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != ("NHWC", "OHWI", "NHWC")
+            or not isinstance(w, tvm.ir.GenericConst) or int(attrs.groups) != 1):
         return None
     out_shape = getattr(getattr(call.ty, "shape", None), "values", None)
     if out_shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in out_shape[1:]):
         return None
-    if str(call.ty.dtype) != "float32" or int(attrs.groups) != 1:
-        return None
+    weight = w.value.numpy()
     _, oh, ow, outputs = (int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in out_shape)
-    columns = outputs if outputs % 4 == 0 else outputs + (-outputs % lanes)
-    now = row_score(oh, ow, columns, lanes)
-    best, wider = now, ow
-    for width in range(ow + 1, int(ow * WIDER) + 1):
-        score = row_score(oh, width, columns, lanes) * ow / width
-        if score > best:
-            best, wider = score, width
-    if best <= 1.25 * now:
+    if weight.dtype.kind != "f" or outputs < SMALLEST:
         return None
+
+    def value(columns: int, width: int) -> float:
+        return row_tile(oh, width, columns, lanes)[1] * outputs / columns * ow / width
+
+    base = outputs if outputs % 4 == 0 else outputs + (-outputs % lanes)
+    counts = {base}
+    if all(base % (k * lanes) for k in (2, 3, 4)):  # a one-vector panel (2000 = 125 vectors of 16)
+        counts |= {outputs + (-outputs % (k * lanes)) for k in (2, 3, 4)}
+    columns, wider = max(((c, wd) for c in sorted(counts) for wd in range(ow, int(ow * WIDER) + 1)),
+                         key=lambda cw: value(*cw))
+    if not worth(row_tile(oh, ow, base, lanes)[0], value(base, ow), value(columns, wider)):
+        columns, wider = base, ow
+    if (columns, wider) == (outputs, ow):
+        return None
+    padded = np.concatenate([weight, np.zeros((columns - outputs, *weight.shape[1:]), weight.dtype)])
     top, left, bottom, right = (int(v) for v in attrs.padding)
     right += (wider - ow) * int(attrs.strides[1])
-    conv = relax.op.nn.conv2d(x, w, attrs.strides, [top, left, bottom, right], attrs.dilation, 1, "NHWC", "OHWI",
-                              "NHWC", out_dtype=out_dtype(attrs))
-    return relax.op.strided_slice(conv, axes=[2], begin=[0], end=[ow], assume_inbound=True)
+    conv = relax.op.nn.conv2d(x, relax.const(padded), attrs.strides, [top, left, bottom, right], attrs.dilation, 1,
+                              "NHWC", "OHWI", "NHWC", out_dtype=out_dtype(attrs))
+    return relax.op.strided_slice(conv, axes=[2, 3], begin=[0, 0], end=[ow, outputs], assume_inbound=True)
 
 
 def _channels(x: relax.Expr) -> int | None:
@@ -101,16 +119,13 @@ def _channels(x: relax.Expr) -> int | None:
     return int(last) if isinstance(last, tvm.tirx.IntImm) else None
 
 
-def ragged_conv_pass(width: int, row_score: Callable[[int, int, int, int], float]) -> tvm.transform.Pass:
-    """``pad_width`` then ``pad_outputs`` on every conv2d, ``width`` the float32 lanes of a vector."""
+def ragged_conv_pass(width: int, row_tile: Callable[[int, int, int, int], tuple[int, float]],
+                     worth: Callable[[int, float, float], bool]) -> tvm.transform.Pass:
+    """``pad_tile`` on every static-shape conv2d, ``pad_outputs`` on the rest (depthwise, symbolic
+    sizes); ``width`` the float32 lanes of a vector."""
 
     def rewrite(call: relax.Call) -> relax.Expr | None:
-        wider = pad_width(call, width, row_score)
-        if wider is not None:
-            conv = wider.args[0]
-            padded = pad_outputs(conv, width)
-            return wider if padded is None else relax.op.strided_slice(
-                padded, axes=[2], begin=[0], end=[int(call.ty.shape.values[2])], assume_inbound=True)
-        return pad_outputs(call, width)
+        padded = pad_tile(call, width, row_tile, worth)
+        return padded if padded is not None else pad_outputs(call, width)
 
     return call_rewrite_pass("HetcRaggedConvOutputs", "relax.nn.conv2d", rewrite)

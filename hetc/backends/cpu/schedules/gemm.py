@@ -67,6 +67,21 @@ SYMBOLIC_EXTENT = 720720
 # Fewer static tasks than this in the parallel loop of a symbolic kernel: parallelize the outer
 # (batch, head) loops instead.
 MIN_TASKS = 8
+# A static row count whose best tile has fewer rows than this is padded to whole tiles of a
+# better one (scored with the padding counted as waste). Measured, rows matter more than the
+# score says: 51 rows (a 3 x 4 tile) ran a 51x2000x2000 matmul at 167 GFLOP/s, 48 or 56 rows
+# (6 x 3, 7 x 3) at 300, scores 27.4 against 30.6 padded; but a 7x7 conv's 7 x 2 tile beat
+# 8 padded columns' 4 x 4 (0.48 against 0.64 ms, 512 -> 512 3x3), scores 24.9 against 28
+# (2-core Zen 5, AVX-512). A tile of more rows is replaced where the padded one scores
+# PAD_GAIN times better (13 rows of 96 columns: 13 x 1 vector, 14.9, against 7 x 3, 31.2).
+MIN_TILE_ROWS = 4
+PAD_GAIN = 1.5
+
+
+def worth_padding(rows: int, score: float, padded_score: float) -> bool:
+    """Whether a tile of ``rows`` rows scoring ``score`` is worth replacing by a padded tile
+    scoring ``padded_score`` (its waste counted): see MIN_TILE_ROWS."""
+    return padded_score > score and (rows < MIN_TILE_ROWS or padded_score > PAD_GAIN * score)
 # A static row axis at least this long outside a symbolic innermost one (``[seq, batch]``) is
 # the register tile's rows instead (``_symbolic_rows``).
 MIN_STATIC_ROWS = 8
@@ -128,12 +143,18 @@ def _padded_score(tile: Tile, rows: int) -> float:
     return _score(tile) * rows / (-(-rows // tile.rows) * tile.rows)
 
 
-def conv_row_score(rows: int, width: int, columns: int, lanes: int) -> float:
-    """The best tile's ``_score`` for a conv's output rows ``rows x width`` (static) and
-    ``columns`` output channels: the tile's rows must be a box in them (``is_box``)."""
+def one_vector_panels(columns: int, lanes: int) -> bool:
+    """Whether only a one-vector panel divides ``columns`` (a multiple of ``lanes``): no panel of
+    2, 3 or 4 vectors (``tile_candidates``) does."""
+    return all(columns % (v * lanes) for v in (2, 3, 4))
+
+
+def conv_row_tile(rows: int, width: int, columns: int, lanes: int) -> tuple[int, float]:
+    """The rows and ``_score`` of the best tile for a conv's output rows ``rows x width`` (static)
+    and ``columns`` output channels: the tile's rows must be a box in them (``is_box``)."""
     registers = TILE_REGISTERS if lanes >= 16 else 16
     tiles = tile_candidates(rows * width, columns, lanes, registers, [rows, width])
-    return _score(tiles[0]) if tiles else 0.0
+    return (tiles[0].rows, _score(tiles[0])) if tiles else (0, 0.0)
 
 
 def choose_tile(m: int, n: int, lanes: int, registers: int, row_extents: Sequence[int] = ()) -> Tile:
@@ -227,8 +248,14 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     # scalar tile; the operands are padded with zero columns instead -- packed weights at
     # compile time, a run-time operand (the keys of a ViT's Q @ K^T over 197 tokens) by a copy
     # per call, as for a symbolic column count -- and the tile's extra columns are not stored.
+    # So is a packed weight whose columns no panel of 2-4 vectors divides (2000 = 125 x 16: a
+    # 1-vector panel, a 51x2000x2000 matmul at 167 GFLOP/s; 2-core Zen 5, AVX-512), a few zero
+    # vectors at compile time, for matmul-like rows (convs: ragged_conv.pad_tile, before the
+    # kernels exist).
     pad_columns = (_static(j) and lanes and vector_dtypes(block) and (packs or runtime_j)
-                   and j.dom % lanes != 0 and j.dom >= 4 * lanes)
+                   and j.dom >= 4 * lanes and (j.dom % lanes != 0 or (
+                       packs and not runtime_j and len(rows_axes) <= 1 and one_vector_panels(j.dom, lanes)
+                       and not any(_windowed(read) for read in block.reads))))
     if pad_columns:
         n = SYMBOLIC_EXTENT
     registers = TILE_REGISTERS if lanes >= 16 else 16
@@ -244,7 +271,8 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
             and not any(_windowed(read) for read in block.reads)):
         padded_tiles = sorted(tile_candidates(SYMBOLIC_EXTENT, n, lanes, registers, [SYMBOLIC_EXTENT]),
                               key=lambda t: -_padded_score(t, m))
-        if padded_tiles and tiles and _padded_score(padded_tiles[0], m) > 1.25 * _score(tiles[0]):
+        if padded_tiles and tiles and worth_padding(tiles[0].rows, _score(tiles[0]),
+                                                    _padded_score(padded_tiles[0], m)):
             tiles, pad_rows = padded_tiles, True
     if variant >= len(tiles):
         return False
