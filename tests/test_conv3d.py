@@ -84,3 +84,13 @@ def test_2plus1d_block_runs_channels_last_without_transposes():
     for n in (1, 2):
         x = {"x": RNG.standard_normal((n, 4, 8, 9, 10)).astype(np.float32)}
         assert_close(compiled.run(x)["y"], ort_run(model, x)[0], rel=1e-5)
+
+
+def test_conv3d_with_the_nchw_layout_option_still_becomes_a_conv2d():
+    """``layout="NCHW"`` keeps ONNX's layouts: conv3d is then rewritten in NCDHW (by the layout
+    stage, as the CPU leaves conv3ds to it), never left to TVM's loop nest."""
+    model = _conv3d(4, 6, (3, 3, 3), pads=[1] * 6)
+    compiled = hetc.compile(model, "cpu", layout="NCHW")
+    assert not any("conv3d" in name for name in compiled.report["kernels"]), compiled.report["kernels"]
+    x = {"x": RNG.standard_normal((2, 4, 5, 9, 10)).astype(np.float32)}
+    assert_close(compiled.run(x)["y"], ort_run(model, x)[0], rel=1e-5)

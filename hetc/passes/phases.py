@@ -78,8 +78,9 @@ def layout_passes(layout: str | None) -> list[Stage]:
     from .conv3d import conv3d_as_conv2d_pass
     from .fold_numpy import fold_numpy_pass
 
-    if layout in (None, "NCHW"):
-        return []
+    if layout in (None, "NCHW"):  # conv3ds as conv2ds in NCDHW (a no-op where simplify_passes did it)
+        return [Stage("conv3d_as_conv2d_channels_first", "conv3d (NCDHW) as one conv2d over depth-stacked channels",
+                      lambda: conv3d_as_conv2d_pass)]
     # conv2d is named; ConvertLayout carries the layout through pools and elementwise ops. A
     # conv2d_transpose after a conv would follow it to NHWC, which TVM cannot lower (only
     # NCHW/IOHW: DPT's reassemble stage failed in code generation); it keeps NCHW.

@@ -67,13 +67,16 @@ SYMBOLIC_EXTENT = 720720
 # Fewer static tasks than this in the parallel loop of a symbolic kernel: parallelize the outer
 # (batch, head) loops instead.
 MIN_TASKS = 8
+# A static row axis at least this long outside a symbolic innermost one (``[seq, batch]``) is
+# the register tile's rows instead (``_symbolic_rows``).
+MIN_STATIC_ROWS = 8
 # A static row count whose best tile has fewer rows than this is padded to whole tiles of a
-# better one (scored with the padding counted as waste). Measured, rows matter more than the
-# score says: 51 rows (a 3 x 4 tile) ran a 51x2000x2000 matmul at 167 GFLOP/s, 48 or 56 rows
-# (6 x 3, 7 x 3) at 300, scores 27.4 against 30.6 padded; but a 7x7 conv's 7 x 2 tile beat
-# 8 padded columns' 4 x 4 (0.48 against 0.64 ms, 512 -> 512 3x3), scores 24.9 against 28
-# (2-core Zen 5, AVX-512). A tile of more rows is replaced where the padded one scores
-# PAD_GAIN times better (13 rows of 96 columns: 13 x 1 vector, 14.9, against 7 x 3, 31.2).
+# better one where that scores better (the padding counted as waste): 17 tokens (a 1-row tile)
+# ran a 17x768x3072 -> 768 MLP in 6.2 ms, padded 1.2 (2-core Zen 5, AVX-512). A tile of more
+# rows only where the padded one scores PAD_GAIN times better (13 rows of 96 columns: 13 x 1
+# vector, 14.9, against 7 x 3, 31.2): the score overrates fewer rows with more vectors (a 7x7
+# conv's 7 x 2 tile beat 8 padded columns' 4 x 4, 0.48 against 0.64 ms on a 512 -> 512 3x3,
+# scores 24.9 against 28).
 MIN_TILE_ROWS = 4
 PAD_GAIN = 1.5
 
@@ -82,9 +85,6 @@ def worth_padding(rows: int, score: float, padded_score: float) -> bool:
     """Whether a tile of ``rows`` rows scoring ``score`` is worth replacing by a padded tile
     scoring ``padded_score`` (its waste counted): see MIN_TILE_ROWS."""
     return padded_score > score and (rows < MIN_TILE_ROWS or padded_score > PAD_GAIN * score)
-# A static row axis at least this long outside a symbolic innermost one (``[seq, batch]``) is
-# the register tile's rows instead (``_symbolic_rows``).
-MIN_STATIC_ROWS = 8
 
 
 @dataclass(frozen=True)
