@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from tvm import relax, tirx
 
-from .pipeline import call_rewrite_pass
+from .pipeline import call_rewrite_pass, out_dtype
 
 
 def _depth_out(depth, pad: int, taps: int, stride: int, dilation: int):
@@ -64,7 +64,7 @@ class _Geometry:
         self.sd, self.sh, self.sw = (int(v) for v in attrs.strides)
         self.dd, self.dh, self.dw = (int(v) for v in attrs.dilation)
         self.front, self.top, self.left, self.back, self.bottom, self.right = (int(v) for v in attrs.padding)
-        self.out_dtype = None if attrs.out_dtype is None or str(attrs.out_dtype) == "" else str(attrs.out_dtype)
+        self.out_dtype = out_dtype(attrs)
         self.h_out = (h + self.top + self.bottom - self.dh * (kh - 1) - 1) // self.sh + 1
         self.w_out = (wd + self.left + self.right - self.dw * (kw - 1) - 1) // self.sw + 1
         self.plain = (self.sh, self.sw, self.dh, self.dw, self.top, self.left, self.bottom, self.right) == (

@@ -16,6 +16,8 @@ channel repeated ``m`` times.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import tvm
 from tvm import relax, tirx
 
@@ -24,10 +26,10 @@ from .pipeline import call_rewrite_pass, out_dtype
 MAX_GROUPS = 64
 
 
-def split_groups(call: relax.Call, min_width: int = 1) -> relax.Expr | None:
+def split_groups(call: relax.Call, keep: Callable[[relax.Call], bool] | None = None) -> relax.Expr | None:
     """The per-group form of a grouped ``relax.nn.conv2d`` call, or None where it does not apply
-    (float32 groups of fewer than ``min_width`` input channels are left whole: a target with a
-    kernel for them, as the CPU's ``backends/cpu/grouped_conv.py``)."""
+    or ``keep(call)`` says the target has a kernel for it whole (the CPU's
+    ``backends/cpu/grouped_conv.takes_whole``)."""
     attrs = call.attrs
     groups = int(attrs.groups)
     x, w = call.args
@@ -47,8 +49,7 @@ def split_groups(call: relax.Call, min_width: int = 1) -> relax.Expr | None:
         # each input channel repeated m times (output o reads channel o // m), then depthwise
         return relax.op.nn.conv2d(relax.op.repeat(x, int(outputs) // groups, axis=axis), w, attrs.strides,
                                   attrs.padding, attrs.dilation, int(outputs), *layouts, out_dtype=out_dtype(attrs))
-    floats = str(x.ty.dtype) == str(w.ty.dtype) == "float32" and out_dtype(attrs) in (None, "float32")
-    if groups > MAX_GROUPS or (floats and int(channels) // groups < min_width):
+    if groups > MAX_GROUPS or (keep is not None and keep(call)):
         return None
     xs, ws = relax.op.split(x, groups, axis=axis), relax.op.split(w, groups, axis=0)
     parts = [relax.op.nn.conv2d(relax.TupleGetItem(xs, g), relax.TupleGetItem(ws, g), attrs.strides, attrs.padding,
@@ -56,6 +57,6 @@ def split_groups(call: relax.Call, min_width: int = 1) -> relax.Expr | None:
     return relax.op.concat(parts, axis=axis)
 
 
-def split_grouped_conv_pass(min_width: int = 1) -> tvm.transform.Pass:
+def split_grouped_conv_pass(keep: Callable[[relax.Call], bool] | None = None) -> tvm.transform.Pass:
     """``split_groups`` on every conv2d."""
-    return call_rewrite_pass("HetcSplitGroupedConv", "relax.nn.conv2d", lambda call: split_groups(call, min_width))
+    return call_rewrite_pass("HetcSplitGroupedConv", "relax.nn.conv2d", lambda call: split_groups(call, keep))

@@ -9,6 +9,7 @@ backend's own ``pipeline.py``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import tvm
 from tvm import relax
@@ -34,10 +35,10 @@ def inference_passes() -> list[Stage]:
     ]
 
 
-def simplify_passes(group_width: int = 1, conv3d: bool = True) -> list[Stage]:
-    """Graph simplifications before the layout passes; grouped convs of ``group_width`` input
-    channels a group or more are split into one conv per group (1: all of them); ``conv3d``:
-    conv3ds as conv2ds here, in NCDHW (False: left to ``layout_passes``, in NDHWC)."""
+def simplify_passes(keep_grouped: Callable[[relax.Call], bool] | None = None, conv3d: bool = True) -> list[Stage]:
+    """Graph simplifications before the layout passes. Grouped convs are split into one conv per
+    group except where ``keep_grouped(call)`` (a target's own grouped kernel takes them);
+    ``conv3d``: conv3ds as conv2ds here, in NCDHW (False: left to ``layout_passes``, NDHWC)."""
     from .conv1d import conv1d_as_conv2d_pass
     from .conv3d import conv3d_as_conv2d_pass
     from .conv_transpose import conv_transpose_as_matmul_pass
@@ -60,7 +61,7 @@ def simplify_passes(group_width: int = 1, conv3d: bool = True) -> list[Stage]:
         Stage("drop_dead_taps", "drop conv taps that read only padding (dilated convs on small maps)",
               lambda: dead_taps_pass),
         Stage("split_grouped_conv", "a grouped conv2d as one conv2d per group, concatenated",
-              lambda: split_grouped_conv_pass(group_width)),
+              lambda: split_grouped_conv_pass(keep_grouped)),
         Stage("conv_transpose_as_matmul", "a strided transposed conv as a matmul, an overlap-add and a depth-to-space",
               lambda: conv_transpose_as_matmul_pass),
         Stage("fold_numpy", "evaluate cheap ops on constants with numpy (FoldConstant builds each)",
@@ -78,9 +79,8 @@ def layout_passes(layout: str | None) -> list[Stage]:
     from .conv3d import conv3d_as_conv2d_pass
     from .fold_numpy import fold_numpy_pass
 
-    if layout in (None, "NCHW"):  # conv3ds as conv2ds in NCDHW (a no-op where simplify_passes did it)
-        return [Stage("conv3d_as_conv2d_channels_first", "conv3d (NCDHW) as one conv2d over depth-stacked channels",
-                      lambda: conv3d_as_conv2d_pass)]
+    if layout in (None, "NCHW"):
+        return []
     # conv2d is named; ConvertLayout carries the layout through pools and elementwise ops. A
     # conv2d_transpose after a conv would follow it to NHWC, which TVM cannot lower (only
     # NCHW/IOHW: DPT's reassemble stage failed in code generation); it keeps NCHW.

@@ -30,24 +30,31 @@ from ...passes.pipeline import out_dtype
 MIN_SPLIT_WIDTH = 64
 
 
-def applies(call: relax.Call) -> bool:
-    """Whether ``call`` (a ``relax.nn.conv2d``) is a float grouped NHWC conv this lowers."""
+def takes_whole(call: relax.Call) -> bool:
+    """Whether the CPU's grouped kernel takes this grouped ``relax.nn.conv2d`` (any layout):
+    float32, static shapes, 2..``MIN_SPLIT_WIDTH - 1`` input channels a group. The split pass
+    leaves these whole (``passes/grouped_conv.split_groups``' ``keep``)."""
     attrs = call.attrs
     x, w = call.args
     groups = int(attrs.groups)
-    if groups <= 1 or (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != (
-            "NHWC", "OHWI", "NHWC"):
+    w_shape = getattr(getattr(w.ty, "shape", None), "values", None)
+    x_shape = getattr(getattr(x.ty, "shape", None), "values", None)
+    if groups <= 1 or w_shape is None or x_shape is None or not all(isinstance(d, tirx.IntImm) for d in w_shape):
         return False
-    shape = getattr(w.ty, "shape", None)
-    if not hasattr(shape, "values") or not all(isinstance(d, tirx.IntImm) for d in shape.values):
-        return False
-    outputs, width = int(shape.values[0]), int(shape.values[3])
-    channels = x.ty.shape.values[3] if hasattr(getattr(x.ty, "shape", None), "values") else None
+    kernel, data = str(attrs.kernel_layout), str(attrs.data_layout)
+    outputs, width = int(w_shape[kernel.index("O")]), int(w_shape[kernel.index("I")])
+    channels = x_shape[data.index("C")]
     if not isinstance(channels, tirx.IntImm) or int(channels) != width * groups or outputs % groups:
         return False
     if width == 1 or width >= MIN_SPLIT_WIDTH:
         return False  # depthwise (its own kernel) / wide groups (split into plain convs)
     return str(x.ty.dtype) == str(w.ty.dtype) == "float32" and out_dtype(attrs) in (None, "float32")
+
+
+def applies(call: relax.Call) -> bool:
+    """Whether ``call`` is a grouped conv this lowers: ``takes_whole``, in NHWC/OHWI."""
+    layouts = (str(call.attrs.data_layout), str(call.attrs.kernel_layout), str(call.attrs.out_layout))
+    return layouts == ("NHWC", "OHWI", "NHWC") and takes_whole(call)
 
 
 def grouped_conv2d_nhwc(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups: int) -> te.Tensor:
@@ -107,7 +114,7 @@ def legalization(lanes: int):
             merge = merged_groups(groups, outputs // groups, lanes)
             weight = relax.const(block_diagonal(call.args[1].value.numpy(), groups, merge))
             groups //= merge
-        else:  # a run-time weight: by group, [g, o, kh, kw, i] (a view)
+        else:  # a run-time weight: by group, [g, o, kh, kw, i] (a reshape kernel)
             weight = bb.emit(bb.call_te(topi.reshape, call.args[1], (groups, outputs // groups, kh, kw, width),
                                         primfunc_name_hint="reshape"))
         return bb.call_te(grouped_conv2d_nhwc, call.args[0], weight, attrs.strides, attrs.padding, attrs.dilation,

@@ -28,8 +28,7 @@ from .codegen import llvm_target
 from .fold_packing import fold_packing_pass
 from .int8 import int8_conv_pass
 from .ragged_conv import ragged_conv_pass
-from .schedules import default_schedule_pass, simd_lanes, split_weight_packing_pass
-from .schedules.gemm import conv_row_tile, worth_padding
+from .schedules import default_schedule_pass, gemm, simd_lanes, split_weight_packing_pass
 from .schedules.int8 import VNNI, instruction
 from .winograd import winograd_pass
 
@@ -96,7 +95,7 @@ def winograd_passes(options: CompileOptions) -> list[Stage]:
     (or ``--winograd``) picks it (``winograd.py``); integer convs in the form the int8 kernels
     take, on CPUs with an int8 dot product (``int8.py``). Both after the layout passes (NHWC convs)."""
     stages = [Stage("ragged_conv", "convs whose output channels no vector width divides, padded to one",
-                    lambda: ragged_conv_pass(simd_lanes(llvm_target(options)), conv_row_tile, worth_padding)),
+                    lambda: ragged_conv_pass(simd_lanes(llvm_target(options)), gemm)),
               Stage("winograd", "3x3 stride-1 convs as Winograd F(m x m, 3x3) where it pays",
                     lambda: winograd_pass(options.winograd))]
     kind = instruction(llvm_target(options))
@@ -136,10 +135,11 @@ def pre_schedule_stages(options: CompileOptions, offloads: Sequence = ()) -> lis
     out of the module. Those with ``layout = "model"`` (Ascend: ONNX's NCHW) run before the
     layout passes, the others (FPGA) after them (NHWC convs); all before legalization.
     """
+    layout = options.layout or "NHWC"
     return with_offloads(
         inference_passes()
-        + simplify_passes(group_width=grouped_conv.MIN_SPLIT_WIDTH, conv3d=False)
-        + layout_passes(options.layout or "NHWC")
+        + simplify_passes(keep_grouped=grouped_conv.takes_whole, conv3d=layout != "NHWC")  # NDHWC: layout_passes
+        + layout_passes(layout)
         + precision_passes()
         + winograd_passes(options)
         + transpose_matmul_passes()

@@ -25,7 +25,7 @@ either where the tile it gets then scores better, its padding counted as waste.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 import tvm
@@ -53,7 +53,7 @@ def pad_outputs(call: relax.Call, width: int) -> relax.Expr | None:
     if weight.dtype.kind != "f" or outputs < SMALLEST or outputs % (width if depthwise else 4) == 0:
         return None  # (a width of 4 divides it: the contraction rule takes it as it is)
     extra = -outputs % width
-    padded = np.concatenate([weight, np.zeros((extra, *weight.shape[1:]), weight.dtype)])
+    padded = _zero_filters(weight, extra)
     if depthwise:
         x = relax.op.nn.pad(x, [0, 0, 0, 0, 0, 0, 0, extra])
     conv = relax.op.nn.conv2d(x, relax.const(padded), attrs.strides, attrs.padding, attrs.dilation,
@@ -61,8 +61,7 @@ def pad_outputs(call: relax.Call, width: int) -> relax.Expr | None:
     return relax.op.strided_slice(conv, axes=[3], begin=[0], end=[outputs], assume_inbound=True)
 
 
-def pad_tile(call: relax.Call, lanes: int, row_tile: Callable[[int, int, int, int], tuple[int, float]],
-             worth: Callable[[int, float, float], bool]) -> relax.Expr | None:
+def pad_tile(call: relax.Call, lanes: int, tiles: ModuleType) -> relax.Expr | None:
     """The form of a static-shape conv2d (NHWC, one group, a constant float weight) computed
     with more output channels and/or a wider output, then sliced back, where that gives a better
     register tile; None where it does not apply or would not pay.
@@ -74,11 +73,11 @@ def pad_tile(call: relax.Call, lanes: int, row_tile: Callable[[int, int, int, in
     or a few multiply-adds. A 960->256 3x3 conv at 17x17 ran 3.7x onnxruntime (24.4 ms; 2-core
     Zen 5, AVX-512, LLVM ``znver5``). So the channels of a one-vector panel may be rounded up to
     2-4 vectors and the output widened up to ``WIDER * ow`` (zeros appended on the right, in the
-    conv's own padding): the candidate ``row_tile(oh, ow, channels, lanes)`` scores best
-    (``schedules.gemm.conv_row_tile``: the best tile's rows and score), its padding counted as
-    waste, where ``worth(rows, score, padded score)`` (``schedules.gemm.worth_padding``) says
-    it beats the plain tile. Channel counts no width of 4 divides are padded to a vector
-    either way (``pad_outputs``)."""
+    conv's own padding), the candidate whose best tile scores best with its padding counted as
+    waste, where it beats the plain tile. ``tiles`` is ``schedules.gemm``, whose tile model this
+    uses (``conv_row_tile``, ``one_vector_panels``, ``worth_padding``); passed in, so that this
+    module stays out of the schedules' import cycle. Channel counts no width of 4 divides are
+    padded to a vector either way (``pad_outputs``)."""
     attrs = call.attrs
     x, w = call.args
     if ((str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != ("NHWC", "OHWI", "NHWC")
@@ -93,24 +92,30 @@ def pad_tile(call: relax.Call, lanes: int, row_tile: Callable[[int, int, int, in
         return None
 
     def value(columns: int, width: int) -> float:
-        return row_tile(oh, width, columns, lanes)[1] * outputs / columns * ow / width
+        return tiles.conv_row_tile(oh, width, columns, lanes)[1] * outputs / columns * ow / width
 
     base = outputs if outputs % 4 == 0 else outputs + (-outputs % lanes)
     counts = {base}
-    if all(base % (k * lanes) for k in (2, 3, 4)):  # a one-vector panel (2000 = 125 vectors of 16)
+    if tiles.one_vector_panels(base, lanes):  # 2000 = 125 vectors of 16
         counts |= {outputs + (-outputs % (k * lanes)) for k in (2, 3, 4)}
     columns, wider = max(((c, wd) for c in sorted(counts) for wd in range(ow, int(ow * WIDER) + 1)),
                          key=lambda cw: value(*cw))
-    if not worth(row_tile(oh, ow, base, lanes)[0], value(base, ow), value(columns, wider)):
+    rows, score = tiles.conv_row_tile(oh, ow, base, lanes)
+    if not tiles.worth_padding(rows, score * outputs / base, value(columns, wider)):
         columns, wider = base, ow
     if (columns, wider) == (outputs, ow):
         return None
-    padded = np.concatenate([weight, np.zeros((columns - outputs, *weight.shape[1:]), weight.dtype)])
     top, left, bottom, right = (int(v) for v in attrs.padding)
     right += (wider - ow) * int(attrs.strides[1])
-    conv = relax.op.nn.conv2d(x, relax.const(padded), attrs.strides, [top, left, bottom, right], attrs.dilation, 1,
-                              "NHWC", "OHWI", "NHWC", out_dtype=out_dtype(attrs))
+    conv = relax.op.nn.conv2d(x, relax.const(_zero_filters(weight, columns - outputs)), attrs.strides,
+                              [top, left, bottom, right], attrs.dilation, 1, "NHWC", "OHWI", "NHWC",
+                              out_dtype=out_dtype(attrs))
     return relax.op.strided_slice(conv, axes=[2, 3], begin=[0, 0], end=[ow, outputs], assume_inbound=True)
+
+
+def _zero_filters(weight: np.ndarray, count: int) -> np.ndarray:
+    """``weight`` (OHWI) with ``count`` all-zero output filters appended."""
+    return np.concatenate([weight, np.zeros((count, *weight.shape[1:]), weight.dtype)])
 
 
 def _channels(x: relax.Expr) -> int | None:
@@ -119,13 +124,12 @@ def _channels(x: relax.Expr) -> int | None:
     return int(last) if isinstance(last, tvm.tirx.IntImm) else None
 
 
-def ragged_conv_pass(width: int, row_tile: Callable[[int, int, int, int], tuple[int, float]],
-                     worth: Callable[[int, float, float], bool]) -> tvm.transform.Pass:
+def ragged_conv_pass(width: int, tiles: ModuleType) -> tvm.transform.Pass:
     """``pad_tile`` on every static-shape conv2d, ``pad_outputs`` on the rest (depthwise, symbolic
-    sizes); ``width`` the float32 lanes of a vector."""
+    sizes); ``width`` the float32 lanes of a vector, ``tiles`` the tile model (``pad_tile``)."""
 
     def rewrite(call: relax.Call) -> relax.Expr | None:
-        padded = pad_tile(call, width, row_tile, worth)
+        padded = pad_tile(call, width, tiles)
         return padded if padded is not None else pad_outputs(call, width)
 
     return call_rewrite_pass("HetcRaggedConvOutputs", "relax.nn.conv2d", rewrite)

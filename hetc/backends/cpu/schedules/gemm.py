@@ -252,10 +252,10 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     # 1-vector panel, a 51x2000x2000 matmul at 167 GFLOP/s; 2-core Zen 5, AVX-512), a few zero
     # vectors at compile time, for matmul-like rows (convs: ragged_conv.pad_tile, before the
     # kernels exist).
-    pad_columns = (_static(j) and lanes and vector_dtypes(block) and (packs or runtime_j)
-                   and j.dom >= 4 * lanes and (j.dom % lanes != 0 or (
-                       packs and not runtime_j and len(rows_axes) <= 1 and one_vector_panels(j.dom, lanes)
-                       and not any(_windowed(read) for read in block.reads))))
+    wide = _static(j) and lanes and vector_dtypes(block) and j.dom >= 4 * lanes
+    thin_panel = (packs and not runtime_j and len(rows_axes) <= 1 and one_vector_panels(j.dom, lanes)
+                  and not any(_windowed(read) for read in block.reads)) if wide else False
+    pad_columns = wide and (packs or runtime_j) and (j.dom % lanes != 0 or thin_panel)
     if pad_columns:
         n = SYMBOLIC_EXTENT
     registers = TILE_REGISTERS if lanes >= 16 else 16
@@ -477,7 +477,8 @@ def _symbolic_rows(spatial: list, batch: list, rows_axes: list) -> tuple[list, l
             # [seq, batch] with the batch symbolic (torch's seq-first MultiheadAttention, as
             # torchvision's ViT exports it): the static seq is the tile's rows, the batch goes
             # outside. Along the batch, one image's 17 tokens ran as 17 tiles of 5 padded rows
-            # (5x the multiply-adds: ViT-B/16's QKV projection 2.5x its MLP's time).
+            # (5x the multiply-adds: ViT-B/16's QKV projection 2.5x its MLP's time, 2-core
+            # Zen 5, AVX-512).
             keep = id(before)
             return [it for it in spatial[:-1] if id(it) != keep], [before]
         last -= 1  # the innermost row axis is symbolic: it stays the tile's (tailed) row axis
