@@ -65,3 +65,25 @@ def test_stack_with_a_constant_after_a_conv_keeps_the_conversion():
     mod, _ = run_pipeline(bb.get(), layout_passes("NHWC"))
     counts = relax_op_counts(mod)
     assert counts["relax.permute_dims"] >= 1, counts  # the conv went NHWC (transposes around it)
+
+
+@pytest.mark.parametrize("activation", ["HardSwish", "HardSigmoid"])
+def test_hard_activations_between_nhwc_convs_add_no_transposes(activation):
+    """HardSwish/HardSigmoid are maximum/minimum (frontends/onnx/ops/math.py), which layout
+    conversion sees through; TVM's own converters emit ``clip``, which it kept in NCHW with a
+    transpose on each side fused into every activation (MobileNetV3 in torchvision's
+    TorchScript exports)."""
+    w1 = (RNG.standard_normal((16, 8, 3, 3)) * 0.3).astype(np.float32)
+    w2 = (RNG.standard_normal((8, 16, 1, 1)) * 0.3).astype(np.float32)
+    attrs = {"alpha": 0.3, "beta": 0.4} if activation == "HardSigmoid" else {}
+    model = make([helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]),
+                  helper.make_node(activation, ["c"], ["a"], **attrs),
+                  helper.make_node("Conv", ["a", "w2"], ["y"])],
+                 [tensor("x", [1, 8, 12, 12])], [tensor("y", [1, 8, 12, 12])], {"w1": w1, "w2": w2}, opset=17)
+    compiled = hetc.compile(model, "cpu")
+    kernels = list(compiled.report["kernels"])
+    # only the model's input and output are transposed, not the activation's
+    assert not [k for k in kernels if "transpose" in k and any(op in k for op in ("clip", "minimum", "add"))], kernels
+    assert len([k for k in kernels if "transpose" in k]) <= 2, kernels
+    x = {"x": (RNG.standard_normal((1, 8, 12, 12)) * 3).astype(np.float32)}
+    assert_close(compiled.run(x)["y"], ort_run(model, x)[0], rel=1e-5)
