@@ -278,6 +278,15 @@ class OpenDatabase:
         found = [s for s in found if s is not None]
         return min(found) if found else None
 
+    def default_seconds(self, workload: ms.database.Workload) -> float | None:
+        """Mean seconds of the default schedule of a (search) workload: its first record in the
+        defaults database (the tuner seeds every task with the default, then its alternatives)."""
+        own = self._default_workload(workload)
+        if own is None:
+            return None
+        first = next((r for r in self.defaults.get_all_tuning_records() if r.workload.same_as(own)), None)
+        return None if first is None else mean_seconds(first.run_secs)
+
     def best_record(self, workload: ms.database.Workload) -> ms.database.TuningRecord | None:
         """The fastest record of a (search) workload over the search's and the defaults' records."""
         found = [r for db, w in ((self.db, workload), (self.defaults, self._default_workload(workload)))

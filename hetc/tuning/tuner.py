@@ -38,6 +38,7 @@ class TaskResult:
     trials_before: int  # trials in the database before this run
     trials_added: int  # trials this run measured
     best_seconds: float | None  # best measured mean run time, None if no trial succeeded
+    default_seconds: float | None = None  # the default schedule's measured mean run time
 
     @property
     def trials(self) -> int:
@@ -221,7 +222,7 @@ def tune(
         finally:
             shown.end()
             after = db.trial_counts(workloads)
-            result.tasks = [TaskResult(t.name, t.weight, t.flops, a, n, m - n, db.best_seconds(w))
+            result.tasks = [TaskResult(t.name, t.weight, t.flops, a, n, m - n, db.best_seconds(w), db.default_seconds(w))
                             for t, a, n, m, w in zip(tasks, allocation, seeded_before, after, workloads)]
             result.seconds = time.perf_counter() - start
             run.update(seconds=round(result.seconds, 1), trials_added=result.trials_added, tasks=len(tasks))
