@@ -104,6 +104,8 @@ def test_tune_then_compile_with_database(tuned):
     assert [t.name for t in result.tasks] and result.tasks[0].name.startswith("fused_matmul_relu")
     assert result.trials_added == TRIALS and result.trials == TRIALS
     assert result.tasks[0].best_seconds and result.estimated_latency == pytest.approx(result.tasks[0].best_seconds)
+    # the default schedule is the task's first record: measured, and never faster than the best
+    assert 0 < result.tasks[0].best_seconds <= result.tasks[0].default_seconds
     meta = json.loads((db / dbm.MARKER).read_text())
     assert meta["runs"][-1]["complete"] and meta["runs"][-1]["trials_added"] == TRIALS
 

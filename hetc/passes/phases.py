@@ -266,11 +266,11 @@ def isolate_scalar_kernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 
 def fusion_passes() -> list[Stage]:
-    from .shape_binding import unfuse_runtime_shapes_pass
+    from .shape_binding import split_at_runtime_shapes_pass
 
     return [
-        Stage("unfuse_runtime_shapes", "leave unfused the functions that bind dims at run time (match_cast)",
-              lambda: unfuse_runtime_shapes_pass),
+        Stage("split_at_runtime_shapes", "split dataflow blocks at each match_cast binding dims at run time",
+              lambda: split_at_runtime_shapes_pass),
         Stage("fuse_ops", "group injective/reduction ops into their producers and consumers",
               relax.transform.FuseOps),
         Stage("fuse_tir", "merge each group into one PrimFunc", relax.transform.FuseTIR),

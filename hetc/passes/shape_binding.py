@@ -125,7 +125,7 @@ def split_at_runtime_shapes(func: relax.Function) -> relax.Function:
 
 
 @tvm.transform.module_pass(opt_level=0, name="HetcSplitAtRuntimeShapes")
-def unfuse_runtime_shapes_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+def split_at_runtime_shapes_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     targets = [gvar for gvar, func in mod.functions.items()
                if isinstance(func, relax.Function) and binds_dims_in_dataflow(func)]
     if not targets:
