@@ -31,8 +31,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import hetc  # noqa: E402
-from hetc.benchmark import cpu_features, in_turns, ort_session  # noqa: E402
+import hetc
+from hetc.benchmark import cpu_features, in_turns, ort_session
 
 
 def model_inputs(model: Path, npz: Path | None) -> dict[str, np.ndarray]:

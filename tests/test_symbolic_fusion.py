@@ -8,12 +8,11 @@ from __future__ import annotations
 import numpy as np
 from conftest import assert_close
 from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
 import hetc
-from tvm import relax
-
 from hetc.passes.shape_binding import binds_dims_in_dataflow, split_at_runtime_shapes
 
 RNG = np.random.default_rng(5)
