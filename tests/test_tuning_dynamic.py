@@ -249,3 +249,24 @@ def test_representative_sizes_are_required_and_checked(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hetc: error: ") and "--plan-shape batch=SIZE" in lines[0]
     assert not db.exists()
+
+
+def test_static_model_leaves_out_kernels_sized_at_run_time():
+    """A model with static inputs whose kernels take a value known only at run time (here
+    NonZero's count, as a detector's kept boxes): those kernels are not tasks, the others are
+    (``hetc tune`` on torchvision's FCOS stopped with MetaSchedule's "Cannot convert from type
+    Array[ir.Var]" when such a kernel became a task)."""
+    from hetc.tuning.tasks import extract
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("NonZero", ["r"], ["nz"]), helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             helper.make_node("GatherND", ["r", "idx"], ["picked"]), helper.make_node("Sigmoid", ["picked"], ["y"])]
+    model = make(nodes, [tensor("x", (4, 6))], [tensor("y", ("k",))],
+                 {"w": np.random.default_rng(0).normal(size=(6, 6)).astype(np.float32)})
+    mod = _kernels(model)
+    run_time_sized = [gv.name_hint for gv, f in mod.functions.items()
+                      if isinstance(f, tvm.tirx.PrimFunc) and symbolic_dims(f)]
+    assert run_time_sized  # the model has such kernels
+    tasks = extract(mod, llvm_target(CompileOptions()))
+    assert tasks and not [t.name for t in tasks if symbolic_dims(next(iter(t.mod.functions.values())))]
+    assert any("matmul" in t.name for t in tasks)

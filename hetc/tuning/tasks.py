@@ -112,7 +112,8 @@ def extract(mod: tvm.IRModule, target: tvm.target.Target, sizes: Mapping[str, in
     A model with symbolic dims is tuned at representative ``sizes`` ({"batch": 4}): each
     symbolic kernel becomes its specialisation at those sizes (``specialize.workload``), kernels
     with the same specialisation one task; kernels that take a dim ``sizes`` does not give
-    (a value known only at run time) are left out.
+    (a value known only at run time: a detector's box count, also in a model whose inputs are
+    all static) are left out.
     """
     tasks: list[Task] = []
     for extracted in ms.relax_integration.extract_tasks(mod, target, module_equality="structural"):
@@ -120,8 +121,11 @@ def extract(mod: tvm.IRModule, target: tvm.target.Target, sizes: Mapping[str, in
         func = next(iter(workload.functions.values()))
         if func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False)):
             continue
-        if sizes is not None and symbolic_dims(func):
-            workload = specialized_workload(func, sizes)
+        symbolic = bool(symbolic_dims(func))
+        if symbolic:
+            # a static model's symbolic kernel takes a value known only at run time (a
+            # detector's kept box count): left out, as are those ``sizes`` does not size
+            workload = None if sizes is None else specialized_workload(func, sizes)
             if workload is None:
                 continue
             same = next((t for t in tasks if tvm_ffi.structural_equal(t.mod, workload)), None)
@@ -129,6 +133,6 @@ def extract(mod: tvm.IRModule, target: tvm.target.Target, sizes: Mapping[str, in
                 same.weight += int(extracted.weight)
                 continue
         tasks.append(Task(extracted.task_name, int(extracted.weight), _flops(workload), _elements(workload),
-                          workload, func if sizes is not None and symbolic_dims(func) else None))
+                          workload, func if symbolic else None))
     tasks.sort(key=lambda t: -t.cost)
     return tasks
