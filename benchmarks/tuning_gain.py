@@ -99,7 +99,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 150)
     machine = cpu_features()
     console.print(f"{machine['cpu_model']}, LLVM mcpu {machine['llvm_mcpu']}, {machine['cpuinfo_simd']}")
     args.db_root.mkdir(parents=True, exist_ok=True)
