@@ -344,3 +344,18 @@ def test_cli_bad_inputs(tmp_path):
     _assert_one_line_error(run_cli("compile", model, "-o", tmp_path / "out", "--db", tmp_path), 2,
                            "is not a hetc tuning database")
     assert not (tmp_path / "db").exists() and not (tmp_path / "out").exists()
+
+
+def test_tuning_gain_rows_trace_each_task_to_its_default(tuned, tmp_path):
+    """benchmarks/tuning_gain.py's per-task table: the default schedule's time beside the best,
+    and seeded inputs for a model given without an .npz."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import tuning_gain
+
+    model, _, result = tuned
+    rows = tuning_gain.task_rows(result)
+    assert rows and all(0 < r["best_ms"] <= r["default_ms"] for r in rows), rows
+    feeds = tuning_gain.model_inputs(model, None)
+    assert {k: v.shape for k, v in feeds.items()} == {"x": (16, 64)}, feeds
