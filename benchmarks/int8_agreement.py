@@ -39,7 +39,17 @@ def _session(model, optimized: bool) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def measure(name: str, samples: int, seed: int, cpu: str | None = None) -> dict:
+def _reference(model):
+    """The ONNX reference evaluator on ``model`` (at opset 21 if it is older: the evaluator
+    implements Q/DQ from opset 19 on)."""
+    from onnx import version_converter
+    from onnx.reference import ReferenceEvaluator
+
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    return ReferenceEvaluator(model if opset >= 21 else version_converter.convert_version(model, 21))
+
+
+def measure(name: str, samples: int, seed: int, cpu: str | None = None, reference: int = 0) -> dict:
     model = examples.ALL_MODELS[name]()
     (spec,) = model.graph.input
     shape = [d.dim_value for d in spec.type.tensor_type.shape.dim]
@@ -47,6 +57,10 @@ def measure(name: str, samples: int, seed: int, cpu: str | None = None) -> dict:
     fast, literal = _session(model, True), _session(model, False)
     rng = np.random.default_rng(seed)
     tops = {"hetc/ort": 0, "hetc/ort literal": 0, "ort/ort literal": 0}
+    if reference:
+        evaluator = _reference(model)
+        tops |= {"hetc/reference": 0, "ort/reference": 0}
+    ref_errors = {"hetc": [], "ort": []}
     identical = 0
     errors = []
     for _ in range(samples):
@@ -58,7 +72,16 @@ def measure(name: str, samples: int, seed: int, cpu: str | None = None) -> dict:
         tops["ort/ort literal"] += int(np.argmax(o) == np.argmax(lit))
         errors.append(float(np.abs(h - o).max() / np.abs(o).max()))
         identical += int(np.array_equal(h, o))
-    return {"model": name, "samples": samples, "top1_agree": tops, "identical": identical,
+        if len(ref_errors["hetc"]) < reference:
+            ref = evaluator.run(None, x)[0]
+            tops["hetc/reference"] += int(np.argmax(h) == np.argmax(ref))
+            tops["ort/reference"] += int(np.argmax(o) == np.argmax(ref))
+            for who, out in (("hetc", h), ("ort", o)):
+                ref_errors[who].append(float(np.abs(out - ref).max() / np.abs(ref).max()))
+    extra = {"reference_samples": len(ref_errors["hetc"]),
+             **{f"{who}_reference_err_max": max(e) for who, e in ref_errors.items() if e},
+             **{f"{who}_reference_err_median": float(np.median(e)) for who, e in ref_errors.items() if e}}
+    return {"model": name, "samples": samples, "top1_agree": tops, "identical": identical, **extra,
             "rel_err_median": float(np.median(errors)), "rel_err_max": float(np.max(errors)),
             "kernels": sorted(set(compiled.report["kernels"].values()))}
 
@@ -70,8 +93,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--json", type=Path, default=Path("int8_agreement.json"))
     parser.add_argument("--cpu", help="compile hetc's code for this LLVM CPU (haswell: AVX2 without VNNI)")
+    parser.add_argument("--reference", type=int, default=0,
+                        help="also run the first N inputs through the ONNX reference evaluator (slow)")
     args = parser.parse_args()
-    rows = [measure(name, args.samples, args.seed, args.cpu) for name in args.models.split(",")]
+    rows = [measure(name, args.samples, args.seed, args.cpu, args.reference) for name in args.models.split(",")]
     from hetc.backends.cpu.codegen import llvm_target
     from hetc.options import CompileOptions
 
@@ -79,14 +104,22 @@ def main() -> int:
     cpu = {"hetc_mcpu": str(target.attrs["mcpu"]), "host_mcpu": str(llvm_target(CompileOptions()).attrs["mcpu"])}
     table = Table(title=f"int8 top-1 agreement over {args.samples} random inputs (seed {args.seed}); hetc's "
                         f"code for {cpu['hetc_mcpu']}, onnxruntime on {cpu['host_mcpu']}")
-    for col in ("model", "hetc/ort", "hetc/ort literal", "ort/ort literal", "identical", "rel err median",
-                "rel err max"):
+    columns = ["model", "hetc/ort", "hetc/ort literal", "ort/ort literal", "identical", "rel err median",
+               "rel err max"]
+    if args.reference:
+        columns += ["hetc/reference", "ort/reference", "hetc vs ref max", "ort vs ref max"]
+    for col in columns:
         table.add_column(col)
     for r in rows:
         t = r["top1_agree"]
-        table.add_row(r["model"], str(t["hetc/ort"]), str(t["hetc/ort literal"]), str(t["ort/ort literal"]),
-                      str(r["identical"]), f"{r['rel_err_median']:.2%}", f"{r['rel_err_max']:.2%}")
-    Console().print(table)
+        cells = [r["model"], str(t["hetc/ort"]), str(t["hetc/ort literal"]), str(t["ort/ort literal"]),
+                 str(r["identical"]), f"{r['rel_err_median']:.2%}", f"{r['rel_err_max']:.2%}"]
+        if args.reference:
+            n = r["reference_samples"]
+            cells += [f"{t['hetc/reference']}/{n}", f"{t['ort/reference']}/{n}",
+                      f"{r['hetc_reference_err_max']:.2%}", f"{r['ort_reference_err_max']:.2%}"]
+        table.add_row(*cells)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
     args.json.write_text(json.dumps({"cpu": cpu, "rows": rows}, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0
