@@ -18,6 +18,7 @@ figures by several percent, which is why the default and tuned builds alternate 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -31,25 +32,22 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cpu_latency import rel_error
+
 import hetc
-from hetc.benchmark import cpu_features, in_turns, ort_session
+from hetc.benchmark import cpu_features, in_turns, ort_session, random_inputs
+from hetc.npz import load_npz
 
 
 def model_inputs(model: Path, npz: Path | None) -> dict[str, np.ndarray]:
-    """The model's inputs from ``npz``, else seeded: normal floats, zero integers (1 for a
-    symbolic dim)."""
+    """The model's inputs from ``npz`` (its ``out*`` arrays left out), else ``random_inputs``
+    with every symbolic dim 1."""
     if npz is not None:
-        data = np.load(npz)
-        return {k: data[k] for k in data.files if not k.startswith("out")}
+        return {k: v for k, v in load_npz(npz).items() if not k.startswith("out")}
     from hetc.frontends.onnx import load_model
 
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for spec in load_model(model).inputs:
-        shape = tuple(d if isinstance(d, int) else 1 for d in spec.shape)
-        feeds[spec.name] = (rng.standard_normal(shape).astype(spec.dtype) if np.dtype(spec.dtype).kind == "f"
-                            else np.zeros(shape, spec.dtype))
-    return feeds
+    return random_inputs([dataclasses.replace(s, shape=tuple(d if isinstance(d, int) else 1 for d in s.shape))
+                          for s in load_model(model).inputs])
 
 
 def task_rows(result, top: int = 5) -> list[dict]:
@@ -75,8 +73,7 @@ def measure(model: Path, npz: Path | None, args, console: Console) -> dict:
     default = hetc.compile(model, "cpu", input_shapes=shapes)
     tuned = hetc.compile(model, "cpu", input_shapes=shapes, database=database)
     ref, got = default.run(feeds), tuned.run(feeds)
-    err = max(float(np.max(np.abs(got[k].astype(np.float64) - ref[k]))) / max(float(np.max(np.abs(ref[k]))), 1e-30)
-              for k in ref if ref[k].size and ref[k].dtype.kind == "f") if ref else 0.0
+    err = rel_error([got[k] for k in ref], list(ref.values()))
     session = ort_session(model)
     times = in_turns({"default": lambda: default.run(feeds), "tuned": lambda: tuned.run(feeds),
                       "onnxruntime": lambda: session.run(None, feeds)}, args.repeat)

@@ -38,26 +38,12 @@ def _param_dims(func: relax.Function) -> set:
     return {v for p in func.params for v in relax.analysis.definable_tir_vars_in_type(p.ty)}
 
 
-def binds_dims_in_dataflow(func: relax.Function) -> bool:
-    """True if a dataflow block of ``func`` binds new symbolic dims with a ``match_cast``."""
-    body = func.body
-    if not isinstance(body, relax.SeqExpr):
-        return False
-    bound = _param_dims(func)
-    for block in body.blocks:
-        for binding in block.bindings:
-            new = _binds_new_dims(binding, bound)
-            if new and isinstance(block, relax.DataflowBlock):
-                return True
-            bound |= new
-    return False
-
-
-def _segments(func: relax.Function) -> list[tuple[bool, list]]:
+def _segments(func: relax.Function) -> tuple[list[tuple[bool, list]], bool]:
     """``func``'s bindings as (is_dataflow, bindings) runs, dataflow blocks cut at each match_cast
-    that binds new dims (that cast alone in a plain run)."""
+    that binds new dims (that cast alone in a plain run), and whether any was cut."""
     bound = _param_dims(func)
     runs: list[tuple[bool, list]] = []
+    cut = False
     for block in func.body.blocks:
         dataflow = isinstance(block, relax.DataflowBlock)
         current: list = []
@@ -68,12 +54,17 @@ def _segments(func: relax.Function) -> list[tuple[bool, list]]:
                 if current:
                     runs.append((True, current))
                 runs.append((False, [binding]))
-                current = []
+                current, cut = [], True
             else:
                 current.append(binding)
         if current:
             runs.append((dataflow, current))
-    return runs
+    return runs, cut
+
+
+def binds_dims_in_dataflow(func: relax.Function) -> bool:
+    """True if a dataflow block of ``func`` binds new symbolic dims with a ``match_cast``."""
+    return isinstance(func.body, relax.SeqExpr) and _segments(func)[1]
 
 
 @relax.expr_functor.mutator
@@ -110,7 +101,7 @@ class _Rebind(relax.PyExprMutator):
 
 def split_at_runtime_shapes(func: relax.Function) -> relax.Function:
     """``func`` with its dataflow blocks cut at each ``match_cast`` binding new dims."""
-    runs = _segments(func)
+    runs, _ = _segments(func)
     home = {b.var: i for i, (_, bindings) in enumerate(runs) for b in bindings}
     crossing = set()
     for i, (_, bindings) in enumerate(runs):

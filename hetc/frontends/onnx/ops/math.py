@@ -7,7 +7,8 @@ exponent cast to its type; an integer base is raised in float64 and truncated ba
 Clip and the hard activations are ``maximum``/``minimum`` pairs, not TVM's ``relax.op.clip``:
 layout conversion has no rule for ``clip`` and kept it in NCHW between NHWC convs, a
 transpose on each side fused into every hardswish (MobileNetV3's 20 HardSwish and 8
-HardSigmoid nodes: 2.4 of SSDlite320's 14 ms in kernels, 2-core Zen 5).
+HardSigmoid nodes: 2.4 of SSDlite320's 14 ms in kernels, 2-core Zen 5,
+AVX-512).
 """
 
 from __future__ import annotations
