@@ -50,7 +50,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-3
-PROFILED = ("bert-base-s128", "resnet50-b8", "bert-tiny-s16", "resnet-tiny-b2")
+PROFILED = ("bert-base-s128", "resnet50-b8", "bert-tiny-s16", "resnet-tiny-b2")  # and their -tuned builds
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
 
@@ -302,7 +302,7 @@ def check_model(name: str, info: dict, root: Path, device, runtime, args) -> tup
         case["hetc_numpy_ms"] = median(device.time_ms(lambda feeds=feeds: hetc.run(feeds), 1, max(3, args.repeat // 4)))
         call, _ = torch_call(model, spec, feeds, device.torch_device)
         case["torch_eager_ms"] = median(device.time_ms(call, args.warmup, args.repeat))
-        if name in PROFILED and not device.fake:
+        if _base(name) in PROFILED and not device.fake:
             case["profile_hetc"] = kernel_profile(device, resident)
         result["cases"].append(case)
         live["cases"].append({"feeds": feeds, "hetc": resident})
@@ -321,9 +321,16 @@ def check_model(name: str, info: dict, root: Path, device, runtime, args) -> tup
     return result, live
 
 
+def _base(name: str) -> str:
+    """The model an artifact was built from: ``X-tuned`` is ``X`` compiled with a tuning database."""
+    return name.removesuffix(artifacts_mod.TUNED)
+
+
 def compile_order(names: list[str], modes: tuple[str, ...] = COMPILE_MODES) -> list[tuple[str, str]]:
     """(model, mode) pairs for phase 2: the acceptance models (``PROFILED``) first in each mode,
-    default before max-autotune, so a short budget still times what the issue asks for."""
+    default before max-autotune, so a short budget still times what the issue asks for. A tuned
+    build is the same torch model as its base (``share_compiled`` copies the base's figures)."""
+    names = [n for n in names if _base(n) == n or _base(n) not in names]
     first = [n for n in names if n in PROFILED]
     rest = [n for n in names if n not in PROFILED]
     return [(n, m) for group in (first, rest) for m in modes for n in group]
@@ -352,6 +359,19 @@ def compile_model(result: dict, live: dict, mode: str, device, args, budget: Bud
         except Exception as err:  # noqa: BLE001 - inductor failures are reported, not fatal
             case[key] = None
             case.setdefault("skipped", []).append(f"torch.compile {mode}: {standalone.last_line(err)[:200]}")
+
+
+def share_compiled(results: dict) -> None:
+    """A tuned build's torch.compile figures are its base model's (same torch model, inputs)."""
+    for name, result in results.items():
+        base = results.get(_base(name))
+        if base is None or base is result or "cases" not in base or "cases" not in result:
+            continue
+        for case, ref in zip(result["cases"], base["cases"]):
+            for key, value in ref.items():
+                if key.startswith("torch_compile_") and key not in case:
+                    case[key] = value
+            case["torch_compile_from"] = base["model"]
 
 
 def profile_model(result: dict, live: dict, device) -> None:
@@ -514,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"torch.compile {mode}: {name} ...", flush=True)
                 compile_model(results[name], lives[name], mode, device, args, budget)
                 save()
+            share_compiled(results)
         for name in [n for n in names if n in lives and n in PROFILED]:
             if budget.left() > 30 and not device.fake:
                 print(f"profile: {name} ...", flush=True)

@@ -220,7 +220,7 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                 calibration: Path | None, pins, device_specs, objective: str, tp: int, pp: int,
                 micro_batches: int, dims, plan_shape, gears, verbose: bool, cpu: str | None = None,
                 winograd: str = "auto") -> None:
-    """Compile MODEL (ONNX) into an artifact directory."""
+    """Compile MODEL (ONNX, or a torch.export .pt2 file) into an artifact directory."""
     from . import api
     from .options import parse_arch
     from .placement.cost import parse_device_specs
@@ -609,12 +609,23 @@ def list_cmd(what: str, opset: int | None) -> None:
 @cli.command("tune")
 @click.argument("model", type=click.Path(path_type=Path))
 @target_option
-@click.option("--trials", required=True, type=click.IntRange(min=1), metavar="N",
+@click.option("--trials", type=click.IntRange(min=1), metavar="N",
               help="Total trials for the model (trials already in the database count).")
-@click.option("--db", "database", required=True, type=click.Path(path_type=Path), metavar="DIR",
+@click.option("--db", "database", type=click.Path(path_type=Path), metavar="DIR",
               help="Tuning database directory: created, or resumed if it exists.")
 @click.option("--max-trials-per-task", type=click.IntRange(min=1), default=64, show_default=True, metavar="N",
               help="Cap on the trials of one task.")
+@click.option("--export-candidates", "export_dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="Measure elsewhere: write each task's candidate kernels, built, to DIR for "
+                   "hetc/runtime/measure.py on the device (no device needed here; docs/tuning.md). With --db "
+                   "holding imported measurements: the next round, chosen by a search they guide.")
+@click.option("--per-task", type=click.IntRange(min=0), default=128, show_default=True, metavar="N",
+              help="With --export-candidates: random schedules per task (beside the default one).")
+@click.option("--cover", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95, show_default=True,
+              help="With --export-candidates: export the costliest tasks making up this share of the model.")
+@click.option("--import-measurements", "import_paths", nargs=2, type=click.Path(path_type=Path),
+              metavar="CANDIDATES MEASURED", help="Store the device's timings (measure.py's JSON) of "
+              "exported candidates in --db.")
 @shape_option
 @click.option("--constant-input", "constant_inputs", multiple=True, metavar="NAME=FILE.npy",
               help="Freeze an input, as for `hetc compile` (give the same ones to both).")
@@ -625,13 +636,54 @@ def list_cmd(what: str, opset: int | None) -> None:
 @arch_option
 @functools.partial(dim_options, plan_help="Size of a symbolic dim to tune at (repeatable, or DIM=SIZE,DIM=SIZE); "
                                           "required for every symbolic dim. Give compile the same --dim.")
-def tune_cmd(model: Path, target: str, trials: int, database: Path, max_trials_per_task: int, input_shapes,
+def tune_cmd(model: Path, target: str, trials: int | None, database: Path | None, max_trials_per_task: int,
+             export_dir: Path | None, per_task: int, cover: float, import_paths, input_shapes,
              constant_inputs, layout, threads: int, arch: str | None, dims, plan_shape) -> None:
     """Auto-tune MODEL's kernels (MetaSchedule, XGBoost cost model) into a database for `compile --db`.
 
-    The kernels are measured on the target's device: `--target cuda` needs an NVIDIA GPU here.
+    The kernels are measured on the target's device: `--target cuda` needs an NVIDIA GPU here,
+    unless the measuring is done elsewhere (--export-candidates, then --import-measurements).
     A model with symbolic dims is tuned at the sizes --plan-shape gives (docs/dynamic-shapes.md)."""
     from .options import parse_arch
+
+    if export_dir is not None:
+        from .tuning.offline import export_candidates
+
+        summary = export_candidates(model, export_dir, target, per_task=per_task, cover=cover, database=database,
+                                    input_shapes=_shapes(input_shapes), layout=layout, arch=parse_arch(arch),
+                                    dims=_dim_ranges(dims), plan_shape=_plan_shape(plan_shape),
+                                    constant_inputs=_constants(constant_inputs),
+                                    log=lambda line: console.print(line, soft_wrap=True, markup=False))
+        console.print(f"{summary.candidates} candidates of {summary.tasks} of {summary.tasks_total} task(s) "
+                      f"({summary.cover:.0%} of the estimated cost), {summary.seconds:.0f} s -> {export_dir}; "
+                      f"measure them on the device: python3 hetc/runtime/measure.py {export_dir} measured.json",
+                      soft_wrap=True)
+        return
+    if database is None:
+        raise UsageError("tuning needs a database directory (--db DIR) to store its trials")
+    if import_paths:
+        from .tuning.offline import import_measurements
+
+        summary = import_measurements(import_paths[0], import_paths[1], database)
+        table = Table(title=f"measured on {summary.device}", title_justify="left")
+        for column in ("task", "calls", "default us", "best us", "default / best"):
+            table.add_column(column, justify="left" if column == "task" else "right")
+        default_total = best_total = 0.0
+        for r in summary.rows:
+            fmt = [f"{r[k] * 1e6:,.1f}" if r[k] else "-" for k in ("default_s", "best_s")]
+            gain = f"{r['default_s'] / r['best_s']:.2f}x" if r["default_s"] and r["best_s"] else "-"
+            table.add_row(r["task"], str(r["weight"]), *fmt, gain)
+            if r["default_s"] and r["best_s"]:
+                default_total += r["weight"] * r["default_s"]
+                best_total += r["weight"] * r["best_s"]
+        console.print(table)
+        console.print(f"{summary.measured} measured candidates of {summary.tasks} task(s) ({summary.failed} did not "
+                      "run)" + (f"; these kernels per model run: {default_total * 1e3:.3f} ms default, "
+                                f"{best_total * 1e3:.3f} ms best" if best_total else "") + f" -> {database}",
+                      soft_wrap=True)
+        return
+    if trials is None:
+        raise UsageError("give --trials N (or --export-candidates DIR / --import-measurements)")
     from .tuning import tune
 
     result = tune(model, target=target, trials=trials, database=database, input_shapes=_shapes(input_shapes),

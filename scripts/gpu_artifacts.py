@@ -372,23 +372,36 @@ def predicted_costs(onnx_path: Path, spec: Spec) -> dict:
     return out
 
 
-def compile_spec(spec: Spec, work: Path, arch: str, cpu: str) -> tuple[Path, dict, dict]:
-    """Seed, export and compile one model; returns (artifact dir, parameters, info)."""
+TUNED = "-tuned"  # suffix of an artifact compiled with a tuning database (``--tuned``)
+
+
+def compile_spec(spec: Spec, work: Path, arch: str, cpu: str, database: Path | None = None) -> tuple[list[Path], dict, list[dict]]:
+    """Seed, export and compile one model (with ``database``: also as ``NAME-tuned``, its best
+    schedules applied); returns (artifact dirs, parameters, info per artifact)."""
     import hetc
 
     model = build_torch(spec.family, spec.config)
     params = seed_parameters(model, spec.family, spec.seed)
     onnx_path = work / f"{spec.name}.onnx"
     export_onnx(spec, model, onnx_path)
-    start = time.perf_counter()
-    compiled = hetc.compile(str(onnx_path), spec.target.split(","), input_shapes=spec.input_shapes or None,
-                            dims=spec.dims or None, arch=[arch], cpu=cpu)
-    seconds = time.perf_counter() - start
-    art = work / spec.name
-    compiled.save(str(art))
-    info = {"compile_s": round(seconds, 1), "predicted": predicted_costs(onnx_path, spec),
-            "onnx_bytes": onnx_path.stat().st_size}
-    return art, params, info
+    predicted = predicted_costs(onnx_path, spec)
+    arts, infos = [], []
+    for db in (None, database) if database is not None else (None,):
+        start = time.perf_counter()
+        compiled = hetc.compile(str(onnx_path), spec.target.split(","), input_shapes=spec.input_shapes or None,
+                                dims=spec.dims or None, arch=[arch], cpu=cpu, database=db)
+        seconds = time.perf_counter() - start
+        art = work / (spec.name + (TUNED if db else ""))
+        compiled.save(str(art))
+        info = {"compile_s": round(seconds, 1), "predicted": predicted, "onnx_bytes": onnx_path.stat().st_size}
+        if db is not None:
+            kernels = json.loads((art / "report.json").read_text()).get("kernels", {}) \
+                if (art / "report.json").is_file() else {}
+            info.update(tuned_from=spec.name, database=db.name,
+                        tuned_kernels=sum(1 for v in kernels.values() if v == "tuned") if isinstance(kernels, dict) else None)
+        arts.append(art)
+        infos.append(info)
+    return arts, params, infos
 
 
 # ---------------------------------------------------------------------------------------
@@ -544,6 +557,42 @@ def unpack(out: Path, dest: Path) -> list[Path]:
     return [dest / n for n in names]
 
 
+# tuning candidates measured on the device (``--candidates``): per model (schedules per task, cost
+# share covered); what one device run times in about a minute on an H100
+CANDIDATE_SETTINGS = {"bert-base-s128": (128, 0.95), "resnet50-b8": (32, 0.80), "bert-tiny-s16": (2, 1.0),
+                      "resnet-tiny-b2": (2, 1.0)}
+
+
+def export_candidate_packs(out: Path, names: list[str], arch: str, target: str | None = None) -> list[Path]:
+    """``out/NAME.tar.xz`` per model: its tuning candidates (``hetc.tuning.offline``) for
+    ``hetc/runtime/measure.py`` on the device; then ``--import-measurements`` and ``--tuned``."""
+    from hetc.tuning.offline import export_candidates
+
+    work = out / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    packs = []
+    for name in names:
+        spec = MODELS[name]
+        per_task, cover = CANDIDATE_SETTINGS.get(name, (64, 0.9))
+        model = build_torch(spec.family, spec.config)
+        seed_parameters(model, spec.family, spec.seed)
+        onnx_path = work / f"{name}.onnx"
+        export_onnx(spec, model, onnx_path)
+        print(f"{name}: {per_task} candidates per task, {cover:.0%} of the cost ...", flush=True)
+        summary = export_candidates(onnx_path, work / name, target or spec.target, per_task=per_task, cover=cover,
+                                    input_shapes=spec.input_shapes or None, dims=spec.dims or None, arch=[arch],
+                                    log=lambda line: print(line, flush=True))
+        pack_path = out / f"{name}.tar.xz"
+        with tarfile.open(pack_path, "w:xz", preset=6) as tar:
+            tar.add(work / name, arcname=name)
+        packs.append(pack_path)
+        print(f"  {summary.candidates} candidates, {summary.tasks} of {summary.tasks_total} tasks, "
+              f"{summary.seconds:.0f} s -> {pack_path} ({pack_path.stat().st_size / 2**20:.1f} MiB)", flush=True)
+    shutil.rmtree(work)
+    return packs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Compile and pack the GPU check's artifacts.")
     parser.add_argument("out", type=Path)
@@ -553,6 +602,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", default="haswell", help="LLVM CPU of CPU parts (the GPU host's CPU is unknown)")
     parser.add_argument("--max-mib", type=float, default=48, help="refuse a pack larger than this")
     parser.add_argument("--keep", action="store_true", help="keep the unstripped artifacts and ONNX files")
+    parser.add_argument("--tuned", type=Path, default=None, metavar="DIR",
+                        help="tuning databases DIR/MODEL (hetc tune, or --import-measurements): each such model "
+                             "is also compiled with its database, as MODEL-tuned")
+    parser.add_argument("--candidates", action="store_true",
+                        help="instead of artifacts: OUT/MODEL.tar.xz of tuning candidates to measure on the device")
     args = parser.parse_args(argv)
     names = [n for n in args.models.split(",") if n]
     unknown = [n for n in names if n not in MODELS]
@@ -560,6 +614,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}", file=sys.stderr)
         return 1
     out = args.out.absolute()
+    if args.candidates:
+        export_candidate_packs(out, names, args.arch, args.target)
+        return 0
     work = out / "work"
     if work.exists():
         shutil.rmtree(work)
@@ -570,17 +627,19 @@ def main(argv: list[str] | None = None) -> int:
         spec = MODELS[name]
         if args.target:
             spec = Spec(**{**spec.__dict__, "target": args.target})
-        print(f"{name}: compiling for {spec.target} ...", flush=True)
-        art, params, info = compile_spec(spec, work, args.arch, args.cpu)
-        if args.keep:
-            shutil.copytree(art, work / f"{name}.full")
-        record = strip_weights(art, params)
-        info.update(spec=spec.__dict__, stripped_bytes=record["stripped_bytes"], kept_bytes=record["kept_bytes"],
-                    artifact_bytes=sum(p.stat().st_size for p in art.rglob("*") if p.is_file()))
-        index["models"][name] = info
-        arts.append(art)
-        print(f"  {info['compile_s']} s; weights stripped {record['stripped_bytes'] / 2**20:.1f} MiB, "
-              f"constants kept {record['kept_bytes'] / 2**20:.2f} MiB", flush=True)
+        database = args.tuned / name if args.tuned is not None and (args.tuned / name).is_dir() else None
+        print(f"{name}: compiling for {spec.target}{' (and tuned)' if database else ''} ...", flush=True)
+        built, params, infos = compile_spec(spec, work, args.arch, args.cpu, database)
+        for art, info in zip(built, infos):
+            if args.keep:
+                shutil.copytree(art, work / f"{art.name}.full")
+            record = strip_weights(art, params)
+            info.update(spec=spec.__dict__, stripped_bytes=record["stripped_bytes"], kept_bytes=record["kept_bytes"],
+                        artifact_bytes=sum(p.stat().st_size for p in art.rglob("*") if p.is_file()))
+            index["models"][art.name] = info
+            arts.append(art)
+            print(f"  {art.name}: {info['compile_s']} s; weights stripped {record['stripped_bytes'] / 2**20:.1f} MiB, "
+                  f"constants kept {record['kept_bytes'] / 2**20:.2f} MiB", flush=True)
     packed = pack(out, arts)
     size = packed.stat().st_size
     index["packed_bytes"] = size

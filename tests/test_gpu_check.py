@@ -222,3 +222,17 @@ def test_fake_device_end_to_end(tmp_path):
     assert [c["case"] for c in report["models"][2]["cases"]] == ["past 8", "past 32"]
     assert report["models"][0]["predicted_cuda_ms"] > 0
     assert "| resnet-tiny-b2 |" in (out / "gpu_check.md").read_text()
+
+
+def test_tuned_builds_share_their_base_models_torch_compile():
+    """``X-tuned`` (X compiled with a tuning database) is the same torch model: torch.compile runs
+    once, for X, and the tuned row shows X's figures, labelled as taken from X."""
+    names = ["resnet50-b8", "resnet50-b8-tuned", "bert-base-s128-tuned", "gpt2-124m"]
+    order = check.compile_order(names, ("default",))
+    assert order == [("resnet50-b8", "default"), ("bert-base-s128-tuned", "default"), ("gpt2-124m", "default")]
+    results = {"resnet50-b8": {"model": "resnet50-b8", "cases": [{"hetc_ms": 7.0, "torch_compile_default_ms": 5.0}]},
+               "resnet50-b8-tuned": {"model": "resnet50-b8-tuned", "cases": [{"hetc_ms": 4.0}]}}
+    check.share_compiled(results)
+    tuned = results["resnet50-b8-tuned"]["cases"][0]
+    assert tuned == {"hetc_ms": 4.0, "torch_compile_default_ms": 5.0, "torch_compile_from": "resnet50-b8"}
+    assert "torch_compile_from" not in results["resnet50-b8"]["cases"][0]

@@ -206,3 +206,25 @@ def test_manifest_part_devices_round_trip_and_old_manifests_load():
     assert Manifest.from_json(data).parts[0].devices == []
     one = Manifest("m.onnx", ["cpu"], [], [], [Part("main", "cpu", "cpu:0", False, "cpu/model.so")], "tvm", "ffi")
     assert "devices" not in one.to_json()["parts"][0]
+
+
+@pytest.mark.skipif(not HAS_CUDA_BACKEND, reason="hetc/backends/cuda is not there yet")
+def test_cpu_only_rewrites_stay_off_a_split_module(tmp_path):
+    """The CPU's pre-fusion conv rewrites (Winograd, outputs padded to its vector width and
+    sliced back) run before placement: a split module leaves them out, else the slice fused into a
+    GPU conv (ResNet-50 over cpu,cuda: a kernel over 48 KiB of shared memory, nvcc refused it)."""
+    from hetc.placement.apply import CPU_ONLY_REWRITES
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(20, 8, 3, 3)).astype(np.float32)  # 20 outputs: no vector width divides them
+    model = save(make([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+                       helper.make_node("Relu", ["y"], ["z"])],
+                      [tensor("x", [1, 8, 16, 16])], [tensor("z", [1, 20, 16, 16])], {"w": w}, name="ragged"),
+                 tmp_path / "ragged.onnx")
+    alone = hetc.compile(model, target="cpu")
+    assert any("strided_slice" in k for k in alone.report["kernels"])  # the CPU pads and slices
+    conv, relu = _nodes(model)
+    split = hetc.compile(model, target="cpu,cuda", placement={conv: "cuda:0", relu: "cpu:0"})
+    stages = [s["stage"] for s in split.report["stages"]]
+    assert not set(CPU_ONLY_REWRITES) & set(stages) and "place" in stages
+    assert not any("strided_slice" in k for k in split.report["kernels"]), split.report["kernels"]

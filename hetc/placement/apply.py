@@ -522,6 +522,9 @@ def constant_transfer_pass() -> tvm.transform.Pass:
 # -- the pipeline, the build, the record ----------------------------------------------------------------
 
 
+CPU_ONLY_REWRITES = ("winograd", "ragged_conv")  # pre-fusion CPU stages a split module leaves out
+
+
 def split_stages(placement: Placement, names: dict[int, str], targets: Sequence[Target],
                  options: CompileOptions, offloads: Sequence = ()) -> list[Stage]:
     """The pipeline of a split module.
@@ -549,10 +552,13 @@ def split_stages(placement: Placement, names: dict[int, str], targets: Sequence[
 
     base = with_offloads(used[0].backend.stages(options), offloads)
     if len(used) > 1:
-        # The CPU's Winograd rewrite replaces a conv by three kernels, two of them bound to new,
-        # untagged names: a conv placed off the CPU would lose its device. Split modules keep
-        # their convs direct (docs/cpu.md, "Winograd convolution").
-        base = [s for s in base if s.name != "winograd"]
+        # Rewrites for the CPU's kernels run before ``place`` knows which ops stay on the CPU, so
+        # split modules leave them out. Winograd replaces a conv by three kernels, two of them
+        # bound to new, untagged names: a conv placed off the CPU would lose its device (docs/cpu.md,
+        # "Winograd convolution"). ragged_conv pads a conv's outputs to the CPU's vector width and
+        # slices them back: on the GPU the slice fused into the conv left a kernel no dlight rule
+        # schedules within 48 KiB of shared memory (ResNet-50 over cpu,cuda stopped compiling).
+        base = [s for s in base if s.name not in CPU_ONLY_REWRITES]
     start, end = cut(base, fusion[0]), cut(base, fusion[-1]) + 1
     stages = base[:start] + [
         Stage("place", "put every op on its device (VDevice) and copy values that cross devices",

@@ -326,7 +326,7 @@ class _QuietStderr:
         return False
 
 
-def _cuda_available(tvm, spec: str) -> None:
+def cuda_available(tvm, spec: str) -> None:
     """Load TVM's CUDA runtime (``import tvm`` in runtime-only mode does not) and check that
     the GPU ``spec`` is present."""
     message = f"this artifact needs an NVIDIA GPU ({spec}) and none is available here"
@@ -353,7 +353,7 @@ def parse_devices(tvm, part: dict) -> list:
             raise RunError(f"part '{part['name']}': unsupported device '{spec}' (expected cpu:N or cuda:N)")
         spec = f"{kind}:{index or 0}"
         if kind == "cuda":
-            _cuda_available(tvm, spec)
+            cuda_available(tvm, spec)
         devices.append(tvm.device(spec))
     return devices
 

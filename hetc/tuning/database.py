@@ -339,6 +339,31 @@ def open_for_tuning(path: str | os.PathLike, target: tvm.target.Target) -> Itera
         yield OpenDatabase(path, dbs[0], dbs[1], meta, fixed)
 
 
+def open_read_only(path: str | os.PathLike, target: tvm.target.Target) -> OpenDatabase:
+    """Every valid record of the database at ``path`` in memory (``db`` the search's, ``defaults``
+    the default schedules'), for a cost model to learn from and a search to start at. Never
+    writes to ``path``; a torn last line is skipped."""
+    path = Path(path)
+    meta = read_metadata(path, target)
+    dbs = []
+    for workload_file, record_file in PAIRS:
+        db = ms.database.MemoryDatabase(module_equality=MODULE_EQUALITY)
+        workload_rows = _parse_lines(path / workload_file, _split_torn(_read(path / workload_file))[0])
+        record_rows = _parse_lines(path / record_file, _split_torn(_read(path / record_file))[0])
+        _validate(path, workload_rows, record_rows, record_file)
+        try:
+            workloads = {}
+            for index, record in record_rows:
+                if index not in workloads:
+                    workloads[index] = db.commit_workload(ms.database.Workload.from_json(workload_rows[index]).mod)
+                db.commit_tuning_record(ms.database.TuningRecord.from_json(record, workloads[index]))
+        except Exception as err:  # TVM's own error types
+            raise UsageError(f"tuning database {path} cannot be loaded ({last_line(err)}); "
+                             "the database is damaged beyond repair") from err
+        dbs.append(db)
+    return OpenDatabase(path, dbs[0], dbs[1], meta, Repair({}, []))
+
+
 def _read(file: Path) -> bytes:
     return file.read_bytes() if file.is_file() else b""
 

@@ -92,6 +92,52 @@ def _check_counts(trials, max_trials_per_task) -> None:
             raise UsageError(f"{name} must be a whole number >= 1, got {value!r}")
 
 
+@dataclass
+class TuningSetup:
+    """What tuning and candidate export share: the target's tuning support and the compile
+    options the tasks are extracted with (they must be the ones ``compile`` is given later)."""
+
+    target: object  # hetc.targets.Target
+    support: object  # hetc.tuning.tasks.TuningSupport
+    options: CompileOptions
+
+    @classmethod
+    def of(cls, target, input_shapes=None, layout=None, num_threads=0, arch=(), dims=None, plan_shape=None):
+        from ..targets import TargetKind, parse_targets
+        from .tasks import tuning_support
+
+        targets = parse_targets(target)
+        if len(targets) != 1 or targets[0].kind is not TargetKind.TVM_NATIVE:
+            raise UsageError(f"tuning takes one target, got '{','.join(t.name for t in targets)}'")
+        tgt = targets[0]
+        options = CompileOptions((tgt.name,), {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout,
+                                 num_threads, arch=tuple(arch),
+                                 dims={k: (int(v[0]), int(v[1])) for k, v in (dims or {}).items()},
+                                 plan_shape={k: int(v) for k, v in (plan_shape or {}).items()})
+        return cls(tgt, tuning_support(tgt.name), options)
+
+    @property
+    def tvm_target(self):
+        return self.support.tvm_target(self.options)
+
+    def tasks(self, model: ModelSource, base_dir=None, constant_inputs=None):
+        """Load ``model`` and extract its tasks: ``(loaded model, tuning sizes or None, tasks)``."""
+        from ..api import _check_supported
+        from ..frontends.onnx import load_model, to_relax
+        from ..graph import build_opgraph
+        from ..passes import run_pipeline
+        from .tasks import extract
+
+        with filtered_stderr():
+            loaded = load_model(model, self.options.input_shapes, base_dir, constant_inputs, self.options.dims,
+                                fuse_qdq_convs=integer_kernels(self.options))
+            sizes = tuning_sizes(loaded, self.options.plan_shape)
+            mod = to_relax(loaded)
+            _check_supported(build_opgraph(mod, [self.target]), self.target)
+            mod, _ = run_pipeline(mod, self.support.pre_schedule_stages(self.options))
+        return loaded, sizes, extract(mod, self.tvm_target, sizes)
+
+
 def tune(
     model: ModelSource,
     target: str | Sequence[str] = "cpu",
@@ -122,47 +168,26 @@ def tune(
     ``progress`` prints a live table on a terminal and one line per task otherwise (``False``:
     silent; a rich ``Console``: print there).
     """
-    from ..api import _check_supported
-    from ..frontends.onnx import load_model, to_relax
-    from ..graph import build_opgraph
-    from ..passes import run_pipeline
-    from ..targets import TargetKind, parse_targets
     from . import database as dbm
     from .budget import allocate, remaining
     from .progress import TaskProgress, TuningProgress
     from .search import Search, StopRequest, host_tensor_intrinsics, metaschedule_log
     from .symbolic_check import measure_symbolic
-    from .tasks import extract, tuning_support
 
     _check_counts(trials, max_trials_per_task)
     if database is None:
         raise UsageError("tuning needs a database directory (--db DIR / database=DIR) to store its trials")
     db_path = Path(database)
     dbm.check_tuning_path(db_path)
-    targets = parse_targets(target)
-    if len(targets) != 1 or targets[0].kind is not TargetKind.TVM_NATIVE:
-        raise UsageError(f"tuning takes one target, got '{','.join(t.name for t in targets)}'")
-    tgt = targets[0]
-    support = tuning_support(tgt.name)
-    options = CompileOptions((tgt.name,), {k: tuple(v) for k, v in (input_shapes or {}).items()}, layout,
-                             num_threads, arch=tuple(arch),
-                             dims={k: (int(v[0]), int(v[1])) for k, v in (dims or {}).items()},
-                             plan_shape={k: int(v) for k, v in (plan_shape or {}).items()})
+    setup = TuningSetup.of(target, input_shapes, layout, num_threads, arch, dims, plan_shape)
+    support, options = setup.support, setup.options
     if support.require_device is not None:
         support.require_device()  # every candidate is measured on the device: fail before any work
     console = progress if isinstance(progress, Console) else (Console(highlight=False) if progress else None)
     start = time.perf_counter()
-
-    with filtered_stderr():
-        loaded = load_model(model, options.input_shapes, base_dir, constant_inputs, options.dims,
-                            fuse_qdq_convs=integer_kernels(options))
-        sizes = tuning_sizes(loaded, options.plan_shape)
-        mod = to_relax(loaded)
-        _check_supported(build_opgraph(mod, targets), tgt)
-        mod, _ = run_pipeline(mod, support.pre_schedule_stages(options))
-    tvm_target = support.tvm_target(options)
-    tasks = extract(mod, tvm_target, sizes)
-    result = TuneResult(Path(loaded.name).name, tgt.name, str(db_path), int(trials), int(max_trials_per_task))
+    loaded, sizes, tasks = setup.tasks(model, base_dir, constant_inputs)
+    tvm_target = setup.tvm_target
+    result = TuneResult(Path(loaded.name).name, setup.target.name, str(db_path), int(trials), int(max_trials_per_task))
 
     with dbm.open_for_tuning(db_path, tvm_target) as db, host_tensor_intrinsics(), \
             metaschedule_log(db_path / dbm.LOG_DIR) as ms_logger:

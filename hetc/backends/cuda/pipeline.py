@@ -7,6 +7,8 @@ into a compile error naming the functions.
 
 from __future__ import annotations
 
+import logging
+
 import tvm
 from tvm import tirx
 from tvm.s_tir import dlight as dl
@@ -16,6 +18,8 @@ from ...options import CompileOptions
 from ...passes.phases import fusion_passes, inference_passes, layout_passes, legalize_passes, simplify_passes
 from ...passes.pipeline import Stage
 from .codegen import cuda_target
+
+log = logging.getLogger(__name__)
 
 RULE_ATTR = "hetc.schedule_rule"  # which dlight rule scheduled a kernel (report.json "kernels")
 
@@ -60,7 +64,13 @@ def variants(func: tirx.PrimFunc, target: tvm.target.Target, limit: int = 1) -> 
     measure before its search (dlight has one schedule per kernel: no alternatives)."""
     with target:
         for rule in gpu_rules():
-            sch = rule.apply(func, target, False)
+            try:
+                sch = rule.apply(func, target, False)
+            except Exception as err:  # noqa: BLE001 - a rule asserting on a pattern it half-matches
+                # (Matmul: "consumers of the cache-write stage that are not properly inlined" on a
+                # matmul whose epilogue it cannot inline): the next rule, Fallback last, as TVM's own
+                log.debug("dlight %s failed on a kernel, trying the next rule: %s", type(rule).__name__, err)
+                continue
             if sch is not None:
                 return [(f"dlight.{type(rule).__name__}", sch[0] if isinstance(sch, list) else sch)][:limit]
     return []
