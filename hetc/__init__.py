@@ -2,6 +2,8 @@
 
 __version__ = "0.1.0"
 
+import sys
+
 from .errors import HetcError
 
 __all__ = ["CompiledModel", "HetcError", "__version__", "compile", "generate", "load", "plan", "tune"]
@@ -22,3 +24,16 @@ def __getattr__(name: str):
 
         return tune
     raise AttributeError(f"module 'hetc' has no attribute {name!r}")
+
+
+def _register_dynamo_backend() -> None:
+    """``torch.compile(backend="hetc")``: torch finds the backend through the entry point in
+    pyproject.toml without this; where ``torch._dynamo`` is loaded already (a checkout run without
+    installing), register it now. Never imports torch: ``import hetc`` stays fast without it."""
+    if "torch._dynamo" in sys.modules:
+        from .frontends.torch.dynamo import register
+
+        register()
+
+
+_register_dynamo_backend()

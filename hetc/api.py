@@ -26,6 +26,7 @@ from .backends.cpu.codegen import isa_record
 from .errors import HetcError, UnsupportedOpError, UsageError
 from .frontends.onnx import load_model, op_histogram, to_relax
 from .frontends.onnx.loader import ModelSource
+from .frontends.torch import is_torch_source
 from .graph import OpGraph, build_opgraph
 from .native_log import filtered_stderr
 from .options import CompileOptions, plan_values
@@ -107,9 +108,13 @@ def _kernel_dims(mod: tvm.IRModule) -> dict[str, dict]:
 
 def compile(
     model: ModelSource,
-    target: str | Sequence[str] = "cpu",
+    target_or_inputs=None,
+    /,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     *,
+    target: str | Sequence[str] | None = None,
+    example_inputs=None,
+    dynamic_shapes=None,
     layout: str | None = None,
     num_threads: int = 0,
     base_dir: str | os.PathLike | None = None,
@@ -131,7 +136,14 @@ def compile(
     cpu: str | None = None,
     winograd: str = "auto",
 ) -> CompiledModel:
-    """Compile an ONNX model (path or ``ModelProto``) for ``target``.
+    """Compile an ONNX model (path or ``ModelProto``) or a PyTorch program for ``target``.
+
+    ``hetc.compile("model.onnx", "cpu")``; ``hetc.compile(module, (x,), target="cpu",
+    dynamic_shapes=({0: "batch"},))``: the second positional argument is the target (a name or
+    names) or, for a torch ``nn.Module``, its ``example_inputs``. A torch source (an eval-mode
+    ``nn.Module`` with ``example_inputs``, a ``torch.export.ExportedProgram``, or a ``.pt2``
+    file) goes through ``hetc.frontends.torch`` (docs/torch.md); ``dynamic_shapes`` is
+    torch.export's, where a dim may also be given by name (``{0: "batch"}``, range from ``dims``).
 
     Input dims the model leaves unknown (``dim_param`` or unnamed) stay symbolic: one artifact
     runs every size in their range. ``dims`` declares ranges (``{"batch": (1, 64)}``; default
@@ -162,6 +174,7 @@ def compile(
     stride-1 convs, "auto" (a cost rule per conv), "off" (direct), "2" or "4" (every eligible
     conv as Winograd F(2x2,3x3) or F(4x4,3x3)).
     """
+    target, example_inputs = _target_and_inputs(target_or_inputs, target, example_inputs)
     targets = parse_targets(target)
     if any(t.kind is TargetKind.EXTERNAL for t in targets) and not any(t.name == "cpu" for t in targets):
         targets = [*targets, get_target("cpu")]  # external devices' regions are called by the host CPU
@@ -188,6 +201,11 @@ def compile(
         raise UsageError(f"--tp, --pp and --micro-batches must be >= 1, got {tp}, {pp}, {micro_batches}")
     if micro_batches > 1 and pp < 2:
         raise UsageError("--micro-batches streams a batch through pipeline stages: give --pp N (N >= 2)")
+    if is_torch_source(model):
+        model = _load_torch(model, example_inputs, dynamic_shapes, options, base_dir, constant_inputs, tp * pp)
+    elif example_inputs is not None or dynamic_shapes is not None:
+        raise UsageError("example_inputs and dynamic_shapes are for torch modules; an ONNX model's inputs are "
+                         "its own (bind dims with input_shapes=)")
     if tp > 1 or pp > 1:
         if placement is not None or pins or devices or precision is not None:
             raise UsageError("--tp/--pp do not combine with --placement, --pin, --device or --precision")
@@ -202,14 +220,54 @@ def compile(
                                            devices, objective))
 
 
+def _target_and_inputs(target_or_inputs, target, example_inputs) -> tuple:
+    """(target, example_inputs) from ``compile``'s second positional argument, which is a
+    target name (or names) for every model, or a torch module's example inputs."""
+    if target_or_inputs is None:
+        return target or "cpu", example_inputs
+    names = isinstance(target_or_inputs, str) or (
+        isinstance(target_or_inputs, Sequence) and all(isinstance(t, str) for t in target_or_inputs)
+        and len(target_or_inputs) > 0)
+    if names:
+        if target is not None:
+            raise UsageError(f"the target is given twice: {target_or_inputs!r} and target={target!r}")
+        return target_or_inputs, example_inputs
+    if example_inputs is not None:
+        raise UsageError("example_inputs are given twice: positionally and as example_inputs=")
+    return target or "cpu", target_or_inputs
+
+
+def _load_torch(model, example_inputs, dynamic_shapes, options: CompileOptions, base_dir, constant_inputs,
+                ranks: int):
+    """The validated torch program (``hetc.frontends.torch``); the ONNX-only options refused."""
+    given = [name for name, value in (("input_shapes", options.input_shapes), ("base_dir", base_dir),
+                                      ("constant_inputs", constant_inputs)) if value]
+    if given or ranks > 1:
+        raise UsageError(f"{', '.join(given) or '--tp/--pp'} apply to ONNX models; a torch program's shapes come "
+                         "from torch.export (dynamic_shapes=, dims=)")
+    try:
+        from .frontends.torch import loader
+    except ImportError as err:  # torch is an optional extra
+        raise UsageError(f"compiling a torch program needs torch ({err}): pip install 'hetc[torch]'") from err
+    crash.set_stage("load")
+    with filtered_stderr():
+        return deep(lambda: loader.load_program(model, example_inputs, dynamic_shapes, options.dims))
+
+
 def _import(model: ModelSource, targets: list[Target], options: CompileOptions,
             base_dir: str | os.PathLike | None, constant_inputs):
-    """Load and convert the model: (loaded model, Relax module, op graph, {"import": seconds})."""
+    """Load and convert the model: (loaded model, Relax module, op graph, {"import": seconds}).
+    A torch program arrives loaded (``_load_torch``) and is only converted."""
     start = time.perf_counter()
     crash.set_stage("load")
-    loaded = load_model(model, options.input_shapes, base_dir, constant_inputs, options.dims,
-                        fuse_qdq_convs=cpu_int8.integer_kernels(options))
-    mod = to_relax(loaded)
+    if getattr(model, "frontend", None) == "torch":
+        from .frontends import torch as torch_frontend
+
+        loaded, mod = model, torch_frontend.to_relax(model)
+    else:
+        loaded = load_model(model, options.input_shapes, base_dir, constant_inputs, options.dims,
+                            fuse_qdq_convs=cpu_int8.integer_kernels(options))
+        mod = to_relax(loaded)
     crash.set_stage("op graph")
     times = {"import": time.perf_counter() - start}
     return loaded, mod, build_opgraph(mod, targets, plan_values(loaded.dims, options.plan_shape)), times
@@ -361,7 +419,8 @@ def _report(manifest: Manifest, loaded, options: CompileOptions, constant_inputs
     return {
         "model": manifest.model, "opset": loaded.opset, "options": asdict(options),
         "constant_inputs": sorted(constant_inputs or {}),
-        "onnx_ops": dict(op_histogram(loaded.proto).most_common()),
+        **({"frontend": "torch", "torch_ops": dict(loaded.ops.most_common())} if loaded.opset is None else
+           {"onnx_ops": dict(op_histogram(loaded.proto).most_common())}),
         "graph": _graph_summary(graph), "stages": [r.to_json() for r in stage_reports],
         "kernels": kernels,
         "seconds": times,
@@ -442,6 +501,8 @@ def plan(model: ModelSource, target: str | Sequence[str], input_shapes: Mapping[
     options = CompileOptions(tuple(t.name for t in targets), {k: tuple(v) for k, v in (input_shapes or {}).items()},
                              dims={k: (int(v[0]), int(v[1])) for k, v in (dims or {}).items()},
                              plan_shape={k: int(v) for k, v in (plan_shape or {}).items()})
+    if is_torch_source(model):
+        model = _load_torch(model, None, None, options, base_dir, constant_inputs, 1)
     with filtered_stderr():
         loaded, _, graph, _ = _import(model, targets, options, base_dir, constant_inputs)
         return make_plan(graph, targets, Path(loaded.name).name, specs=devices, pins=pins, objective=objective,

@@ -1,1 +1,1 @@
-"""Model frontends. Only ONNX today: ``hetc.frontends.onnx``."""
+"""Model frontends: ``hetc.frontends.onnx`` and ``hetc.frontends.torch`` (torch.export, torch.compile)."""
