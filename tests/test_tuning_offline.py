@@ -153,7 +153,11 @@ def test_second_round_is_guided_by_the_measurements(exported, tmp_path):
     measured["tasks"].pop(first)  # task 0 not measured: no records, random again
     (tmp_path / "m.json").write_text(json.dumps(measured))
     db = tmp_path / "db"
-    offline.import_measurements(cands, tmp_path / "m.json", db)
+    summary = offline.import_measurements(cands, tmp_path / "m.json", db)
+    # a task the device never reached gets no records (not failed ones a later round would skip)
+    assert summary.measured == PER_TASK + 1 and summary.failed == 0
+    assert len((db / dbm.RECORDS).read_text().splitlines()) == PER_TASK
+    assert len((db / dbm.DEFAULT_RECORDS).read_text().splitlines()) == 1
     again = tmp_path / "round2"
     result = run_cli("tune", model, "--db", db, "--export-candidates", again, "--per-task", PER_TASK, "--cover", "1")
     assert result.code == 0, result.stderr

@@ -283,7 +283,7 @@ class ImportSummary:
     database: str
     tasks: int
     measured: int  # candidates with a run time
-    failed: int  # candidates that did not run on the device
+    failed: int  # candidates that did not run on the device (a task it never reached: not counted)
     # per task: name, weight, default and best mean seconds
     rows: list[dict]
     device: str
@@ -305,15 +305,22 @@ def import_measurements(candidates: str | os.PathLike, measurements: str | os.Pa
         raise UsageError(f"{measurements}: not a measurement file of hetc/runtime/measure.py")
     target = tvm.target.Target(json.loads(manifest["target"]))
     directory = Path(candidates)
-    workload_rows, record_rows = ([json.loads(ln) for ln in (directory / f).read_text().splitlines() if ln.strip()]
-                                  for f in TRACE_FILES)
+    try:
+        workload_rows, record_rows = ([json.loads(ln) for ln in (directory / f).read_text().splitlines()
+                                       if ln.strip()] for f in TRACE_FILES)
+    except (OSError, json.JSONDecodeError) as err:
+        raise UsageError(f"{directory}: the candidates' traces cannot be read ({err})") from None
     db_path = Path(database)
     dbm.check_tuning_path(db_path)
     rows, ok, bad = [], 0, 0
     device = str(measured.get("device_name") or measured.get("device") or "?")
     with dbm.open_for_tuning(db_path, target) as db:
         for entry in manifest["tasks"]:
-            times = measured["tasks"].get(entry["library"], {}).get("run_secs", {})
+            if entry["library"] not in measured["tasks"]:  # not reached on the device: no records
+                rows.append({"task": entry["name"], "weight": entry["weight"], "flops": entry["flops"],
+                             "default_s": None, "best_s": None, "candidates": 0})
+                continue
+            times = measured["tasks"][entry["library"]].get("run_secs", {})
             default_s, best_s = None, None
             for cand in entry["candidates"]:
                 secs = times.get(cand["func"])
