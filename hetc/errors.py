@@ -75,6 +75,13 @@ def unlowered_call(err: BaseException, mod) -> str | None:
     return None
 
 
+def first_line(err: BaseException) -> str:
+    """The first non-empty line of an exception, TVM's wording removed (``plain``); the type name
+    if there is no text. For errors of Python libraries (onnx, torch) that lead with what failed."""
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    return plain(lines[0]) if lines else type(err).__name__
+
+
 def last_line(err: BaseException) -> str:
     """The line of an exception worth showing: TVM puts the check that failed on the last
     non-empty line of its (often multi-line) messages; the type name if there is no text.

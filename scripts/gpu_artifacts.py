@@ -395,10 +395,8 @@ def compile_spec(spec: Spec, work: Path, arch: str, cpu: str, database: Path | N
         compiled.save(str(art))
         info = {"compile_s": round(seconds, 1), "predicted": predicted, "onnx_bytes": onnx_path.stat().st_size}
         if db is not None:
-            kernels = json.loads((art / "report.json").read_text()).get("kernels", {}) \
-                if (art / "report.json").is_file() else {}
             info.update(tuned_from=spec.name, database=db.name,
-                        tuned_kernels=sum(1 for v in kernels.values() if v == "tuned") if isinstance(kernels, dict) else None)
+                        tuned_kernels=compiled.report["tuning"]["tuned"])
         arts.append(art)
         infos.append(info)
     return arts, params, infos

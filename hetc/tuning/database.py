@@ -346,22 +346,34 @@ def open_read_only(path: str | os.PathLike, target: tvm.target.Target) -> OpenDa
     path = Path(path)
     meta = read_metadata(path, target)
     dbs = []
+    for workload_rows, record_rows in _valid_rows(path):
+        dbs.append(_commit(path, ms.database.MemoryDatabase(module_equality=MODULE_EQUALITY), workload_rows,
+                           record_rows))
+    return OpenDatabase(path, dbs[0], dbs[1], meta, Repair({}, []))
+
+
+def _valid_rows(path: Path) -> Iterator[tuple[list, list]]:
+    """(workload rows, record rows) of the search's files, then the defaults', read without
+    writing (a torn last line skipped) and validated."""
     for workload_file, record_file in PAIRS:
-        db = ms.database.MemoryDatabase(module_equality=MODULE_EQUALITY)
         workload_rows = _parse_lines(path / workload_file, _split_torn(_read(path / workload_file))[0])
         record_rows = _parse_lines(path / record_file, _split_torn(_read(path / record_file))[0])
         _validate(path, workload_rows, record_rows, record_file)
-        try:
-            workloads = {}
-            for index, record in record_rows:
-                if index not in workloads:
-                    workloads[index] = db.commit_workload(ms.database.Workload.from_json(workload_rows[index]).mod)
-                db.commit_tuning_record(ms.database.TuningRecord.from_json(record, workloads[index]))
-        except Exception as err:  # TVM's own error types
-            raise UsageError(f"tuning database {path} cannot be loaded ({last_line(err)}); "
-                             "the database is damaged beyond repair") from err
-        dbs.append(db)
-    return OpenDatabase(path, dbs[0], dbs[1], meta, Repair({}, []))
+        yield workload_rows, record_rows
+
+
+def _commit(path: Path, db: ms.database.Database, workload_rows: list, records) -> ms.database.Database:
+    """``records`` ((workload index, record JSON) pairs) committed to ``db``, each workload once."""
+    workloads = {}
+    try:
+        for index, record in records:
+            if index not in workloads:
+                workloads[index] = db.commit_workload(ms.database.Workload.from_json(workload_rows[index]).mod)
+            db.commit_tuning_record(ms.database.TuningRecord.from_json(record, workloads[index]))
+    except Exception as err:  # TVM's own error types
+        raise UsageError(f"tuning database {path} cannot be loaded ({last_line(err)}); "
+                         "the database is damaged beyond repair") from err
+    return db
 
 
 def _read(file: Path) -> bytes:
@@ -378,22 +390,13 @@ def load_best(path: str | os.PathLike, target: tvm.target.Target) -> tuple[ms.da
     read_metadata(path, target)
     db = ms.database.MemoryDatabase(module_equality=MODULE_EQUALITY)
     count = 0
-    for workload_file, record_file in PAIRS:  # the best of each file; the query picks the faster
-        workload_rows = _parse_lines(path / workload_file, _split_torn(_read(path / workload_file))[0])
-        record_rows = _parse_lines(path / record_file, _split_torn(_read(path / record_file))[0])
-        _validate(path, workload_rows, record_rows, record_file)
+    for workload_rows, record_rows in _valid_rows(path):  # the best of each file; the query picks the faster
         best: dict[int, tuple[float, list]] = {}
         for index, record in record_rows:
             secs = _mean_seconds(record)
             if secs is not None and (index not in best or secs < best[index][0]):
                 best[index] = (secs, record)
-        try:
-            for index, (_, record) in best.items():
-                workload = db.commit_workload(ms.database.Workload.from_json(workload_rows[index]).mod)
-                db.commit_tuning_record(ms.database.TuningRecord.from_json(record, workload))
-        except Exception as err:  # TVM's own error types
-            raise UsageError(f"tuning database {path} cannot be loaded ({last_line(err)}); "
-                             "the database is damaged beyond repair") from err
+        _commit(path, db, workload_rows, [(index, record) for index, (_, record) in best.items()])
         count = max(count, len(best))
     return db, count
 

@@ -47,6 +47,7 @@ from tvm.s_tir import meta_schedule as ms
 from ..errors import CompileError, UsageError, last_line
 from ..frontends.onnx.loader import ModelSource
 from ..native_log import filtered_stderr
+from .tasks import device_kind
 
 CANDIDATES = "candidates.json"
 # the candidates' traces, as a MetaSchedule JSON database (its C++ writer serializes every trace;
@@ -208,7 +209,7 @@ def export_candidates(
     pending: list[tuple[concurrent.futures.Future, dict]] = []
     total_cost = sum(t.cost for t in tasks) or 1.0
     head = {"format": FORMAT, "version": VERSION, "model": Path(loaded.name).name, "target": str(tvm_target),
-            "device": {"llvm": "cpu"}.get(tvm_target.kind.name, tvm_target.kind.name), "shapes": sizes}
+            "device": device_kind(tvm_target), "shapes": sizes}
 
     def write_manifest() -> None:
         """candidates.json with every task whose library is written (an interrupted export keeps them)."""

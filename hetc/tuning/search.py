@@ -48,7 +48,7 @@ from . import worker
 from .budget import ROUND
 from .database import LOG_DIR, OpenDatabase, mean_seconds
 from .progress import ProgressCallback, TuningProgress
-from .tasks import Task
+from .tasks import Task, device_kind
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +252,7 @@ class Search:
                 log.warning("a schedule of %s did not build: %s", names[k], result.error_msg)
                 continue
             ready.append((k, ms.arg_info.ArgInfo.from_entry_func(shapes, remove_preproc=True), result.artifact_path))
-        device = {"llvm": "cpu"}.get(self.target.kind.name, self.target.kind.name)
+        device = device_kind(self.target)
         futures = self.runner.run([ms.runner.RunnerInput(path, device, args) for _, args, path in ready])
         for (k, args, path), future in zip(ready, futures):
             result = future.result()

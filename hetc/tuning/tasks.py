@@ -62,6 +62,11 @@ def _cuda() -> TuningSupport:
 TUNABLE: dict[str, Callable[[], TuningSupport]] = {"cpu": _cpu, "cuda": _cuda}
 
 
+def device_kind(target: tvm.target.Target) -> str:
+    """The TVM runtime device a target's kernels are measured on ("cpu" for llvm, "cuda", ...)."""
+    return {"llvm": "cpu"}.get(target.kind.name, target.kind.name)
+
+
 def tuning_support(target_name: str) -> TuningSupport:
     try:
         return TUNABLE[target_name]()

@@ -18,7 +18,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
 from ... import crash, narrow
-from ...errors import CompileError, ConversionError, HetcError
+from ...errors import CompileError, ConversionError, HetcError, first_line
 from ...native_log import release_frames
 from . import (
     dim_cast,
@@ -28,7 +28,7 @@ from . import (
     runtime_values,
     symbolic,
 )
-from .loader import LoadedModel, _first_line
+from .loader import LoadedModel
 
 # Ops TVM's importer handles itself rather than through its converter table.
 _BUILTIN_OPS = {"Constant", "If"}
@@ -358,7 +358,7 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
         except HetcError:
             raise
         except Exception as err:
-            raise ConversionError(f"node '{node}' ({op_name}): {_first_line(err)}") from err
+            raise ConversionError(f"node '{node}' ({op_name}): {first_line(err)}") from err
 
 
 # Ops whose inputs broadcast (numpy rules; a LayerNorm's scale and bias against the input's last
@@ -427,7 +427,7 @@ def to_relax(model: LoadedModel, value_shapes: dict | None = None) -> tvm.IRModu
             release_frames(err)
             if isinstance(err, HetcError):
                 raise
-            raise ConversionError(f"{model.name}: conversion to Relax failed: {_first_line(err)}") from err
+            raise ConversionError(f"{model.name}: conversion to Relax failed: {first_line(err)}") from err
     if value_shapes is not None:
         value_shapes.update(_static_values(importer._nodes))
     if sum(isinstance(f, relax.Function) for f in mod.functions.values()) > 1:

@@ -24,7 +24,7 @@ import onnx.inliner
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper, helper, numpy_helper
 
-from ...errors import ModelLoadError, ShapeError, UnsafePathError, UnsupportedOpError, UsageError, plain
+from ...errors import ModelLoadError, ShapeError, UnsafePathError, UnsupportedOpError, UsageError, first_line
 from ...options import MAX_DIM
 from . import registry, validate
 from .fold import fold_shape_computations
@@ -79,11 +79,6 @@ class LoadedModel:
                              f"({', '.join(self.dims)}) of {inputs} with --input-shape NAME=D0,D1,...")
 
 
-def _first_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-    return plain(lines[0]) if lines else type(err).__name__
-
-
 def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: str) -> None:
     """Load external tensors in place, refusing any location outside ``base_dir``."""
     for tensor in _tensors(model):
@@ -93,7 +88,7 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: st
             info = external_data_helper.ExternalDataInfo(tensor)
         except (ValueError, TypeError) as err:  # a negative or non-integer offset or length
             raise ModelLoadError(f"{label}: tensor '{tensor.name}' has invalid external data fields: "
-                                 f"{_first_line(err)}") from err
+                                 f"{first_line(err)}") from err
         location = info.location
         if base_dir is None:
             raise ModelLoadError(
@@ -125,7 +120,7 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path | None, label: st
             external_data_helper.load_external_data_for_tensor(tensor, str(root))
         except Exception as err:  # onnx raises several types here
             raise ModelLoadError(f"{label}: cannot read external data of '{tensor.name}': "
-                                 f"{_first_line(err)}") from err
+                                 f"{first_line(err)}") from err
         del tensor.external_data[:]
         tensor.data_location = onnx.TensorProto.DEFAULT
 
@@ -197,7 +192,7 @@ def _expand_functions(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
         return expand_unsupported(model, lambda domain, op: domain in registry.DEFAULT_DOMAINS
                                   and converter_source(op, opset) is not None)
     except Exception as err:  # noqa: BLE001 - check_supported then names the op
-        log.debug("%s: function expansion failed: %s", label, _first_line(err))
+        log.debug("%s: function expansion failed: %s", label, first_line(err))
         return model
 
 
@@ -338,7 +333,7 @@ _NODE_ERROR = re.compile(r"\(op_type:(\w+)(?:, node name: ([^)]*))?\): \[\w+\] (
 
 def _inference_problem(err: BaseException) -> str:
     """ONNX's shape inference error in hetc's words: ``node 'c1' (Conv): <what ONNX says>``."""
-    text = _first_line(err)
+    text = first_line(err)
     found = _NODE_ERROR.search(text)
     if found:
         op, node, what = found.groups()
@@ -362,7 +357,7 @@ def _infer(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
         except _INFERENCE_ERRORS as err:
             raise ShapeError(f"{label}: shape inference failed: {_inference_problem(err)}") from err
         log.debug("%s: strict shape inference failed (%s); using lenient inference", label,
-                  _first_line(strict))
+                  first_line(strict))
         return lenient
 
 
@@ -409,7 +404,7 @@ def read_model(source: ModelSource, base_dir: str | os.PathLike | None = None) -
         try:
             model = onnx.inliner.inline_local_functions(model)
         except Exception as err:
-            raise ModelLoadError(f"{label}: cannot inline the model's local functions: {_first_line(err)}") from err
+            raise ModelLoadError(f"{label}: cannot inline the model's local functions: {first_line(err)}") from err
     validate.check_declared(model, label)  # before any tensor data is read
     _load_external_data(model, root, label)
     validate.check_tensor_data(model, label)
@@ -462,7 +457,7 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as err:
-        raise ModelLoadError(f"{label}: invalid ONNX model: {_first_line(err)}") from err
+        raise ModelLoadError(f"{label}: invalid ONNX model: {first_line(err)}") from err
     _plain_dim_names(model)
     _bind_shapes(model, input_shapes or {}, label)
     ranges = _symbolic_dims(model, dims or {})

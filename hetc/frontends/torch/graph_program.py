@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...errors import ModelLoadError
+from ...errors import ModelLoadError, first_line
+from .loader import user_placeholders
 
 
 @dataclass
@@ -171,18 +172,11 @@ def _scalar_arithmetic_dims(program) -> dict[int, set[int]]:
             if isinstance(value, (torch.SymInt, torch.SymFloat)):
                 symbols |= {str(s) for s in value.node.expr.free_symbols}
     found: dict[int, set[int]] = {}
-    for k, node in enumerate(_user_nodes(program)):
+    for k, node in enumerate(user_placeholders(program)):
         for axis, size in enumerate(node.meta["val"].shape):
             if _symbolic(size) and str(size.node.expr) in symbols:
                 found.setdefault(k, set()).add(axis)
     return found
-
-
-def _user_nodes(program) -> list:
-    user = [s.arg.name for s in program.graph_signature.input_specs
-            if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
-    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    return [nodes[name] for name in user]
 
 
 def _export(module: torch.nn.Module, args: tuple, layout: GraphLayout):
@@ -193,12 +187,12 @@ def _export(module: torch.nn.Module, args: tuple, layout: GraphLayout):
             warnings.simplefilter("ignore")
             program = torch.export.export(module, args, dynamic_shapes=(dynamic,), strict=False)  # forward(*tensors)
     except Exception as err:  # torch raises many types; the first line says what failed
-        raise ModelLoadError(f"torch.export of the graph failed: {str(err).strip().splitlines()[0]}") from err
+        raise ModelLoadError(f"torch.export of the graph failed: {first_line(err)}") from err
     return program
 
 
 def _check_dynamic(program, layout: GraphLayout) -> None:
-    for k, node in enumerate(_user_nodes(program)):
+    for k, node in enumerate(user_placeholders(program)):
         shape = node.meta["val"].shape
         static = [axis for axis in layout.dynamic[k] if not _symbolic(shape[axis])]
         if static:

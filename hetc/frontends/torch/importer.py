@@ -21,11 +21,10 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
-from ...errors import ConversionError, HetcError, UnsupportedOpError
+from ...errors import ConversionError, HetcError, UnsupportedOpError, first_line
 from ...native_log import release_frames
 from ..onnx import symbolic
 from ..onnx.importer import check_outputs, narrow_dims
-from ..onnx.loader import _first_line
 from . import registry
 from .loader import LoadedProgram
 
@@ -151,7 +150,7 @@ def to_relax(loaded: LoadedProgram) -> tvm.IRModule:
             node = importer.node_now
             where = f"node '{node.name}' ({node.target})" if node is not None else "the graph"
             release_frames(err)
-            raise ConversionError(f"{loaded.name}: {where}: {_first_line(err)}") from err
+            raise ConversionError(f"{loaded.name}: {where}: {first_line(err)}") from err
     mod = _declare_ranges(mod, loaded)
     check_outputs(mod, loaded)
     narrow_dims(mod, loaded)

@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-from ...errors import ModelLoadError, ShapeError, UsageError
+from ...errors import ModelLoadError, ShapeError, UsageError, first_line
 from ...options import MAX_DIM
-from ..onnx.loader import DEFAULT_DIM_RANGE, TensorSpec, _first_line
+from ..onnx.loader import DEFAULT_DIM_RANGE, TensorSpec
 
 
 @dataclass
@@ -105,7 +105,7 @@ def _export(module: torch.nn.Module, args: tuple, dynamic_shapes, name: str):
         raise ShapeError(f"{name}: torch.export rejected dynamic_shapes: {detail}"
                          + (f" (suggested: {fix})" if fix else "")) from err
     except Exception as err:  # torch raises many types; the first line says what failed
-        raise ModelLoadError(f"{name}: torch.export failed: {_first_line(err)}") from err
+        raise ModelLoadError(f"{name}: torch.export failed: {first_line(err)}") from err
 
 
 def _read_pt2(path: Path):
@@ -117,7 +117,7 @@ def _read_pt2(path: Path):
             return torch.export.load(str(path))
     except Exception as err:  # zipfile, pickle and torch errors alike
         raise ModelLoadError(f"{path}: not a valid .pt2 archive written by torch.export.save "
-                             f"({_first_line(err)})") from err
+                             f"({first_line(err)})") from err
 
 
 def _check_pure(program, name: str) -> None:
@@ -129,7 +129,8 @@ def _check_pure(program, name: str) -> None:
                              "return new tensors instead)")
 
 
-def _user_placeholders(program) -> list:
+def user_placeholders(program) -> list:
+    """The program's placeholders of the user's inputs, in signature order."""
     from torch.export.graph_signature import InputKind
 
     names = [spec.arg.name for spec in program.graph_signature.input_specs if spec.kind == InputKind.USER_INPUT]
@@ -141,7 +142,7 @@ def _dim_names(program) -> dict[str, str]:
     """torch's symbol -> the name of the ``Dim`` it was exported with, as torch.export's shape
     environment remembers it (``{"L['x'].size()[0]": "batch"}``)."""
     names: dict[str, str] = {}
-    for node in _user_placeholders(program):
+    for node in user_placeholders(program):
         for size in getattr(node.meta.get("val"), "shape", ()):
             if not isinstance(size, torch.SymInt) or not size.node.expr.is_Symbol:
                 continue
@@ -247,12 +248,12 @@ def load_program(source, example_inputs=None, dynamic_shapes=None,
             program = program.run_decompositions()
     except Exception as err:
         raise ModelLoadError(f"{label}: torch could not decompose the program to core ATen ops: "
-                             f"{_first_line(err)}") from err
+                             f"{first_line(err)}") from err
     _check_pure(program, label)  # functionalized by the decomposition: mutations are in its signature now
     from .importer import check_supported
 
     check_supported(program, label)
-    placeholders = _user_placeholders(program)
+    placeholders = user_placeholders(program)
     known.update(_dim_names(program))
     symbols = _symbol_names(placeholders, dynamic_shapes, len(placeholders), known)
     ranges = _ranges(program, symbols, dims, label)
