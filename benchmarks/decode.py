@@ -1,29 +1,33 @@
-"""Autoregressive decoding (GPT-2 with a KV cache): hetc vs onnxruntime, tokens and ms per token.
+"""Autoregressive decoding: hetc (cache in place) vs onnxruntime, ms per token and tokens/s.
 
-    python benchmarks/decode.py [--config gpt2-124m|gpt2-tiny] [--prompt 16] [--new 32]
-                                [--past 32,480] [--repeat 20] [--profile] [--json decode.json]
+    python benchmarks/decode.py [--model gpt2-124m|llama-134m|gpt2-tiny|llama-tiny]
+                                [--past 32,480,2000] [--batch 1,4] [--prompt 16] [--new 32]
+                                [--repeat 20] [--weights int8] [--profile] [--json decode.json]
 
-Exports a random-weight GPT2LMHeadModel (examples/hf_models.py ``export_gpt2``: past key/values
-in, presents out, one model for prompt and decode), compiles it once with symbolic ``batch``,
-``seq``, ``past_seq`` and ``total_seq``, then:
+Exports a random-weight decoder (examples/hf_models.py: GPT-2 or Llama with grouped-query
+attention, past key/values in, presents out, ``position_ids``), then:
 
-1. greedy-decodes ``--new`` tokens after a ``--prompt``-token prompt with ``hetc.generate`` on
-   the compiled model and on an onnxruntime session: the tokens must be identical. Also on a
-   second build, ``hetc seq=1``: ``batch`` and ``seq`` declared 1:1 (static, so the weight
-   matmuls get the CPU's contraction schedules), ``past_seq`` symbolic, the prompt fed one
-   token per step: also one artifact for the whole generation;
-2. per past length in ``--past``: the cache of a prompt of that length (computed once), then
-   one decoding step (1 token) timed ``--repeat`` times, runtimes taking turns in blocks of 5
-   steps, each block alone on the cores (``hetc.benchmark.in_blocks``; onnxruntime with its
-   default spinning workers), medians: hetc with the cache left in TVM tensors between steps (``resident``, what
-   ``hetc.generate`` does), the ``seq=1`` build (resident), hetc through ``model.run`` (the whole cache copied numpy -> TVM and
-   back every step: ``copy``), and onnxruntime (numpy in and out). ``copy - resident`` is the
-   per-step cost of that copy, shown with the cache size;
-3. with ``--static``: also a build with every dim bound to that step's shape (batch 1, seq 1,
-   that past length): how much the symbolic dims cost against code specialised for one shape;
-4. with ``--profile``: each hetc build's kernels at the largest past length (a VM instrument), the top
-   ones by time, and the share of the cache concatenation (``concat``) that the ONNX
-   past/present layout makes every step copy the whole past.
+1. compiles it twice with symbolic ``batch``, ``seq``, ``past_seq`` and ``total_seq``: ``hetc``
+   with ``kv_cache=MAX_LEN`` (the cache in preallocated buffers updated in place; a
+   ``hetc.session`` drives it) and ``hetc exported`` (the exported past/present signature, the
+   presents left in TVM tensors between steps); with ``--weights int8`` also ``hetc int8``;
+2. greedy-decodes ``--new`` tokens after a ``--prompt``-token prompt with ``hetc.generate`` on
+   every build and on onnxruntime's loop: the tokens must be identical (int8: the share of
+   tokens equal to fp32's), and reads the process RSS before and after the in-place run (the
+   cache does not grow per step);
+3. per batch in ``--batch`` and past length in ``--past`` (those the model's positions allow):
+   the cache of a random prompt of that length, then one decoding step timed ``--repeat``
+   times, runtimes taking turns in blocks of 5 steps, each block alone on the cores
+   (``hetc.benchmark.in_blocks``; onnxruntime with its default spinning workers), medians:
+   ``hetc`` (session step at that past), ``hetc exported``, ``ort`` (numpy in and out) and
+   ``ort iobinding`` (the cache bound as OrtValues, the presents left in onnxruntime's memory:
+   nothing copied through numpy). Tokens/s is batch / step time;
+4. the bytes a step must read: the weights every step reads (initializers not only gathered
+   from) plus the valid cache, against the machine's memory bandwidth measured in the same run
+   (a numpy copy of 1 GiB on every core: bytes read + written per second): ``% bw`` is how close
+   a step is to the memory-bound limit (a copy writes as much as it reads, so a step that only
+   reads can pass 100%);
+5. with ``--profile``: the in-place build's kernels at the largest past (a VM instrument).
 
 The machine's speed drifts: compare only numbers from one run.
 """
@@ -47,42 +51,80 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hetc
-from hetc.benchmark import in_blocks, ort_session
+from hetc.benchmark import cpu_features, in_blocks, ort_session
 from hetc.generate import CompiledRunner, OrtRunner
 from hetc.options import default_threads
 
 
-def _ms(fn) -> float:
+def rss_mb() -> float:
+    """This process's resident memory (MiB), from /proc."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+def copy_bandwidth(threads: int, gib: float = 1.0, repeat: int = 5) -> float:
+    """Bytes read + written per second by a numpy copy of ``gib`` GiB split over ``threads``
+    threads (numpy copies without the GIL; one core alone does not saturate the memory), best
+    of ``repeat``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    src = np.ones(int(gib * 2**30) // 8, np.float64)
+    dst = np.empty_like(src)
+    parts = [(d, s) for d, s in zip(np.array_split(dst, threads), np.array_split(src, threads))]
+    with ThreadPoolExecutor(threads) as pool:
+        def copy():
+            list(pool.map(lambda pair: np.copyto(*pair), parts))
+
+        best = min(_seconds(copy) for _ in range(repeat))
+    return 2 * src.nbytes / best
+
+
+def _seconds(fn) -> float:
     start = time.perf_counter()
     fn()
-    return (time.perf_counter() - start) * 1e3
+    return time.perf_counter() - start
 
 
-def time_steps(runners: dict, ids: np.ndarray, mask: np.ndarray, caches: dict, repeat: int, warmup: int = 2) -> dict:
-    """Median/min ms of one decoding step per runner, the runners taking turns block by block
-    (``in_blocks``: each alone on the cores, onnxruntime with its default spinning)."""
-    steps = {key: (lambda run=run, key=key: run.step(ids, mask, caches[key])) for key, run in runners.items()}
-    times = in_blocks(steps, repeat, warmup)
-    return {k: {"median_ms": statistics.median(v), "min_ms": min(v), "runs": len(v)} for k, v in times.items()}
+def weight_bytes(path: Path) -> int:
+    """Bytes of the initializers a step reads whole: all but those only gathered from (the
+    embedding tables, of which a step reads a few rows)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    users: dict[str, set] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            users.setdefault(name, set()).add(node.op_type)
+    total = 0
+    for init in model.graph.initializer:
+        if users.get(init.name, set()) <= {"Gather"} and init.name in users:
+            continue
+        total += int(np.prod(init.dims)) * onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+    return total
 
 
-def copy_ms(cache: list, repeat: int) -> float:
-    """Median ms to copy a cache numpy -> TVM tensors -> numpy: what ``model.run`` adds per step
-    over keeping the cache in TVM tensors (measured alone: step times are noisier than it)."""
+class SessionStep:
+    """A ``hetc.session`` stepping at one past length again and again (the step's own entry is
+    overwritten each time): ``step()`` is one decoding step."""
+
+    def __init__(self, model, ids: np.ndarray) -> None:
+        self.session = hetc.session(model, ids.shape[0])
+        self.session.prefill(ids)
+        self.past = ids.shape[1]
+        self.token = np.ones(ids.shape[0], np.int64)
+
+    def step(self):
+        self.session.lengths[:] = self.past
+        return self.session.step(self.token)
+
+
+def profile_session(model, ids: np.ndarray, top: int = 12, runs: int = 3) -> dict:
+    """Per-step time of each kernel of the in-place build at the past ``ids`` gives (mean of
+    ``runs`` steps after two warm-up steps), from a VM instrument timing every Call instruction
+    (TVM 0.27's VM has no profiler): {"kernels": [(name, ms, count)], "total_ms"}."""
     import tvm
 
-    times = [_ms(lambda: [tvm.runtime.tensor(c, tvm.cpu()).numpy() for c in cache]) for _ in range(repeat + 2)]
-    return statistics.median(times[2:])
-
-
-def profile_kernels(model, feeds: list, top: int = 12, runs: int = 3) -> dict:
-    """Per-call time of one step (mean of ``runs`` after two warm-up calls), from a VM
-    instrument timing every Call instruction (TVM 0.27's VM has no profiler):
-    {"kernels": [(name, ms, count)], "total_ms", "concat_ms"}."""
-    import tvm
-    from tvm import relax
-
-    vm = relax.VirtualMachine(model._runners[0].module, tvm.cpu())
+    step = SessionStep(model, ids)
     rows: dict[str, list[float]] = {}
     started: list[float] = []
 
@@ -95,147 +137,179 @@ def profile_kernels(model, feeds: list, top: int = 12, runs: int = 3) -> dict:
             row[1] += 1
         return 0
 
-    args = [tvm.runtime.tensor(a, tvm.cpu()) for a in feeds]
-    for _ in range(2):  # warm-up: the first calls fault in the pooled allocator's pages
-        vm["main"](*args)
+    for _ in range(2):
+        step.step()
+    vm = step.session.runner.vm
     vm.set_instrument(tvm.runtime.convert(instrument) if hasattr(tvm.runtime, "convert") else instrument)
     for _ in range(runs):
-        vm["main"](*args)
-    rows = {k: [ms / runs, count // runs] for k, (ms, count) in rows.items()}
-    rows = {k: v for k, v in rows.items() if not k.startswith("vm.builtin")} or rows
-    total = sum(v[0] for v in rows.values())
+        step.step()
+    rows = {k: [ms / runs, count // runs] for k, (ms, count) in rows.items() if not k.startswith("vm.builtin")}
     ranked = sorted(rows.items(), key=lambda kv: -kv[1][0])
-    return {"total_ms": total, "kernels": [(n, ms, c) for n, (ms, c) in ranked[:top]],
-            "concat_ms": sum(ms for n, (ms, _) in rows.items() if "concat" in n)}
+    return {"total_ms": sum(v[0] for v in rows.values()), "kernels": [(n, ms, c) for n, (ms, c) in ranked[:top]]}
+
+
+class OrtBound:
+    """onnxruntime with IOBinding: the cache bound as OrtValues, outputs left in its memory."""
+
+    def __init__(self, session, feeds: dict) -> None:
+        import onnxruntime as ort
+
+        self.session, self.binding = session, session.io_binding()
+        for name, value in feeds.items():
+            self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value)))
+        for out in session.get_outputs():
+            self.binding.bind_output(out.name, "cpu")
+
+    def step(self):
+        self.session.run_with_iobinding(self.binding)
+
+
+def export(config: str, path: Path) -> Path:
+    import hf_models
+
+    if config in hf_models.LLAMA_CONFIGS:
+        return hf_models.export_llama(path, config)
+    return hf_models.export_gpt2(path, config, position_ids=True)
+
+
+def positions_of(config: str) -> tuple[int, int]:
+    """(vocab, positions) of a config name."""
+    import hf_models
+
+    if config in hf_models.LLAMA_CONFIGS:
+        args = hf_models.LLAMA_CONFIGS[config]
+        return args["vocab_size"], args["max_position_embeddings"]
+    args = hf_models.GPT2_CONFIGS[config]
+    return args.get("vocab_size", 50257), args.get("n_positions", 1024)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="gpt2-124m", help="examples/hf_models.py GPT2_CONFIGS name")
+    parser.add_argument("--model", default="gpt2-124m", help="examples/hf_models.py GPT2_CONFIGS or LLAMA_CONFIGS name")
     parser.add_argument("--prompt", type=int, default=16)
     parser.add_argument("--new", type=int, default=32)
-    parser.add_argument("--past", default="32,480", help="past lengths to time a decoding step at")
+    parser.add_argument("--past", default="32,480,2000", help="past lengths to time a decoding step at")
+    parser.add_argument("--batch", default="1,4", help="batch sizes to time")
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--profile", action="store_true", help="hetc's kernels at the largest past length")
-    parser.add_argument("--static", action="store_true", help="also time a build specialised for each step shape")
+    parser.add_argument("--weights", choices=["int8"], help="also a build with int8 weights")
+    parser.add_argument("--no-exported", action="store_true", help="skip the build with the exported cache signature")
+    parser.add_argument("--profile", action="store_true", help="the in-place build's kernels at the largest past")
     parser.add_argument("--work", type=Path, help="where to write the model (default: a temporary directory)")
     parser.add_argument("--json", type=Path, default=Path("decode.json"))
     args = parser.parse_args()
-    import hf_models
 
-    pasts = [int(p) for p in args.past.split(",")]
+    vocab, positions = positions_of(args.model)
+    batches = [int(b) for b in args.batch.split(",")]
+    pasts = [int(p) for p in args.past.split(",") if int(p) + 1 <= positions]
     threads = default_threads()
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = Console(width=None if sys.stdout.isatty() else 130)
     result: dict = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-                    "threads": threads}
+                    "threads": threads, "cpu": cpu_features()}
+    ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        path = (args.work or Path(tmp)) / f"{args.config}.onnx"
-        console.print(f"exporting {args.config} ...")
-        hf_models.export_gpt2(path, args.config)
-        positions = hf_models.GPT2_CONFIGS[args.config].get("n_positions", 1024)
-        dims = {"batch": (1, 8), "seq": (1, positions), "past_seq": (0, positions), "total_seq": (1, positions)}
-        builds: dict = {}  # name -> compiled model
-        for name, build_dims in (("hetc", dims), ("hetc seq=1", {**dims, "batch": (1, 1), "seq": (1, 1)})):
+        path = (args.work or Path(tmp)) / f"{args.model}.onnx"
+        console.print(f"exporting {args.model} ...")
+        export(args.model, path)
+        max_len = min(positions, max(pasts + [args.prompt + args.new]) + 1)
+        dims = {"batch": (1, max(batches + [4])), "seq": (1, positions), "past_seq": (0, positions),
+                "total_seq": (1, positions)}
+        variants = {"hetc": {"kv_cache": max_len}}
+        if args.weights:
+            variants["hetc int8"] = {"kv_cache": max_len, "weights": args.weights}
+        if not args.no_exported:
+            variants["hetc exported"] = {}
+        builds: dict = {}
+        for name, extra in variants.items():
             start = time.perf_counter()
-            builds[name] = hetc.compile(path, dims=build_dims)
+            builds[name] = hetc.compile(path, dims=dims, **extra)
             result.setdefault("compile_s", {})[name] = time.perf_counter() - start
-            result.setdefault("compile_stages_s", {})[name] = builds[name].report["seconds"]
         session = ort_session(path, threads, spinning=True)
-        console.print("compiled in " + ", ".join(f"{k} {v:.1f} s" for k, v in result["compile_s"].items())
-                      + "; generating ...")
+        console.print("compiled in " + ", ".join(f"{k} {v:.1f} s" for k, v in result["compile_s"].items()))
+        bandwidth = copy_bandwidth(threads)
+        weights = weight_bytes(path)
+        result.update({"copy_bandwidth_gbs": bandwidth / 1e9, "weight_bytes": weights, "max_len": max_len})
 
-        vocab = hf_models.GPT2_CONFIGS[args.config].get("vocab_size", 50257)
         prompt = np.random.default_rng(0).integers(0, vocab, (1, args.prompt))
         loops = {**builds, "ort": session}
         for warm in loops.values():  # first calls: VM creation, thread pools
             hetc.generate(warm, prompt, 2)
-        steps: dict[str, list] = {k: [] for k in loops}
-        tokens = {}
-        for k, m in loops.items():
-            # idle first: onnxruntime's workers spin on after its last call, and a prompt step
-            # run beside them took 2.5x as long (50 vs 20 ms at 16 tokens)
-            time.sleep(0.5)
-            tokens[k] = hetc.generate(m, prompt, args.new, step_seconds=steps[k])
-        same = all(np.array_equal(t, tokens["ort"]) for t in tokens.values())
-        result["generate"] = {"tokens_identical": {k: bool(np.array_equal(t, tokens["ort"])) for k, t in tokens.items()
-                                                   if k != "ort"},
-                              "prompt": args.prompt, "new": args.new,
-                              "tokens": {k: t[0, args.prompt:].tolist() for k, t in tokens.items()},
-                              "prefill_ms": {k: v[0] * 1e3 for k, v in steps.items()},
-                              "decode_ms_median": {k: statistics.median(v[1:]) * 1e3 for k, v in steps.items()}}
-
-        model = builds["hetc"]
-        runners = {"hetc resident": CompiledRunner(model, resident=True),
-                   "hetc copy": CompiledRunner(model, resident=False),
-                   "hetc seq=1": CompiledRunner(builds["hetc seq=1"]), "ort": OrtRunner(session)}
-        import tvm
+        tokens, rss = {}, {}
+        for name, loop in loops.items():
+            time.sleep(0.5)  # onnxruntime's workers spin on after its last call
+            before = rss_mb()
+            tokens[name] = hetc.generate(loop, prompt, args.new)
+            rss[name] = {"before_mb": before, "after_mb": rss_mb()}
+        agree = {k: float(np.mean(t[0, args.prompt:] == tokens["ort"][0, args.prompt:])) for k, t in tokens.items()}
+        ok = all(v == 1.0 for k, v in agree.items() if "int8" not in k)
+        result["generate"] = {"agreement_with_ort": agree, "rss": rss, "prompt": args.prompt, "new": args.new,
+                              "tokens": {k: t[0, args.prompt:].tolist() for k, t in tokens.items()}}
 
         rows = []
-        for past in pasts:
-            console.print(f"past {past} ...")
-            ids = np.random.default_rng(past).integers(0, vocab, (1, past))
-            _, cache = runners["ort"].step(ids, np.ones((1, past), np.int64), runners["ort"].start(1))
-            resident = [tvm.runtime.tensor(c, tvm.cpu()) for c in cache]
-            caches = {"hetc resident": resident, "hetc copy": cache, "hetc seq=1": resident, "ort": cache}
-            step_ids, mask = np.array([[1]], np.int64), np.ones((1, past + 1), np.int64)
-            timed = dict(runners)
-            if args.static:
-                shapes = {"input_ids": (1, 1), "attention_mask": (1, past + 1),
-                          **{n: cache[i].shape for i, n in enumerate(runners["ort"].past)}}
-                start = time.perf_counter()
-                timed["hetc static"] = CompiledRunner(hetc.compile(path, input_shapes=shapes))
-                result.setdefault("static_compile_s", {})[past] = time.perf_counter() - start
-                caches["hetc static"] = resident
-            measured = time_steps(timed, step_ids, mask, caches, args.repeat)
-            cache_mb = sum(c.nbytes for c in cache) / 2**20
-            rows.append({"past": past, "cache_mb": cache_mb, "results": measured,
-                         "copy_cost_ms": measured["hetc copy"]["median_ms"] - measured["hetc resident"]["median_ms"],
-                         "copy_ms": copy_ms(cache, args.repeat)})
+        for batch in batches:
+            for past in pasts:
+                console.print(f"batch {batch}, past {past} ...")
+                ids = np.random.default_rng(past).integers(0, vocab, (batch, past))
+                ort_loop = OrtRunner(session)
+                _, cache = ort_loop.step(ids, np.ones((batch, past), np.int64), ort_loop.start(batch))
+                step_ids = np.ones((batch, 1), np.int64)
+                mask = np.ones((batch, past + 1), np.int64)
+                feeds = {"input_ids": step_ids, "attention_mask": mask,
+                         "position_ids": np.full((batch, 1), past, np.int64), **dict(zip(ort_loop.past, cache))}
+                steps = {name: SessionStep(m, ids).step for name, m in builds.items() if m.manifest.kv_cache}
+                if "hetc exported" in builds:
+                    import tvm
+
+                    exported = CompiledRunner(builds["hetc exported"])
+                    resident = [tvm.runtime.tensor(c) for c in cache]
+                    steps["hetc exported"] = lambda r=exported, c=resident, i=step_ids, m=mask: r.step(i, m, c)
+                steps["ort"] = lambda r=ort_loop, i=step_ids, m=mask, c=cache: r.step(i, m, c)
+                steps["ort iobinding"] = OrtBound(session, feeds).step
+                times = in_blocks(steps, args.repeat)
+                cache_bytes = sum(c.nbytes for c in cache)
+                read = weights + cache_bytes
+                cells = {}
+                for name, t in times.items():
+                    ms = statistics.median(t)
+                    cells[name] = {"median_ms": ms, "min_ms": min(t), "tokens_per_s": batch / ms * 1e3,
+                                   "read_gbs": read / ms / 1e6, "bw_share": read / (ms / 1e3) / bandwidth}
+                rows.append({"batch": batch, "past": past, "cache_mb": cache_bytes / 2**20, "read_mb": read / 2**20,
+                             "results": cells})
         result["decode_step"] = rows
 
         if args.profile:
             past = max(pasts)
             ids = np.random.default_rng(past).integers(0, vocab, (1, past))
-            _, cache = runners["ort"].step(ids, np.ones((1, past), np.int64), runners["ort"].start(1))
-            feeds = {"input_ids": np.array([[1]], np.int64), "attention_mask": np.ones((1, past + 1), np.int64),
-                     **dict(zip(runners["ort"].past, cache))}
-            result["profile"] = {name: {"past": past, **profile_kernels(m, [feeds[n] for n in m.input_names])}
-                                 for name, m in builds.items()}
+            result["profile"] = {"past": past, **profile_session(builds["hetc"], ids)}
 
+    cpu = result["cpu"]
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
-                  title=f"GPT-2 {args.config} decoding step (1 token, batch 1): median of {args.repeat}, "
-                        f"{threads} threads")
-    for col in ("past", "cache MB", "runtime", "ms/token", "min ms", "x ort"):
+                  title=f"{args.model} decoding step (1 token per row): median of {args.repeat}, {threads} threads, "
+                        f"{cpu['cpu_model']} (LLVM {cpu['llvm_mcpu']})")
+    for col in ("batch", "past", "MB read", "runtime", "ms/step", "tokens/s", "x ort iob", "GB/s", "% bw"):
         table.add_column(col, justify="left" if col == "runtime" else "right", no_wrap=True)
     for row in rows:
-        ort_ms = row["results"]["ort"]["median_ms"]
+        base = row["results"]["ort iobinding"]["median_ms"]
         for i, (key, cell) in enumerate(row["results"].items()):
-            table.add_row(str(row["past"]) if i == 0 else "", f"{row['cache_mb']:.1f}" if i == 0 else "", key,
-                          f"{cell['median_ms']:.2f}", f"{cell['min_ms']:.2f}", f"{cell['median_ms'] / ort_ms:.2f}",
-                          end_section=i == len(row["results"]) - 1)
+            table.add_row(str(row["batch"]) if i == 0 else "", str(row["past"]) if i == 0 else "",
+                          f"{row['read_mb']:.0f}" if i == 0 else "", key, f"{cell['median_ms']:.2f}",
+                          f"{cell['tokens_per_s']:.1f}", f"{cell['median_ms'] / base:.2f}", f"{cell['read_gbs']:.1f}",
+                          f"{100 * cell['bw_share']:.0f}", end_section=i == len(row["results"]) - 1)
     console.print(table)
     gen = result["generate"]
-    console.print("hetc: symbolic batch/seq/past (one build for prompt and steps), resident cache (hetc.generate) or "
-                  "copied through numpy every step (copy: model.run); hetc seq=1: batch and seq declared 1:1 (static "
-                  "matmuls), past symbolic, the prompt fed token by token; static: every dim bound to this shape",
-                  soft_wrap=True)
-    console.print(f"{args.new} greedy tokens after a {args.prompt}-token prompt, vs onnxruntime: "
-                  + ", ".join(f"{k} {'identical' if v else 'DIFFERENT'}" for k, v in gen["tokens_identical"].items())
-                  + "; compile s: " + ", ".join(f"{k} {v:.1f}" for k, v in result["compile_s"].items())
-                  + "; prompt ms: " + ", ".join(f"{k} {v:.1f}" for k, v in gen["prefill_ms"].items())
-                  + "; decode ms/token (median of the run): "
-                  + ", ".join(f"{k} {v:.2f}" for k, v in gen["decode_ms_median"].items()), soft_wrap=True)
-    console.print("cache copy numpy -> TVM -> numpy alone: "
-                  + ", ".join(f"past {r['past']}: {r['copy_ms']:.2f} ms ({r['cache_mb']:.1f} MB)" for r in rows)
-                  + "; copy - resident: " + ", ".join(f"{r['copy_cost_ms']:.2f} ms" for r in rows), soft_wrap=True)
-    for name, prof in result.get("profile", {}).items():
-        console.print(f"{name} kernels at past {prof['past']} ({prof['total_ms']:.1f} ms total; cache concat "
-                      f"{prof['concat_ms']:.2f} ms):", soft_wrap=True)
+    console.print(f"memory bandwidth (numpy copy, read + write): {bandwidth / 1e9:.1f} GB/s; weights read per step "
+                  f"{weights / 2**20:.0f} MiB; {args.new} greedy tokens after a {args.prompt}-token prompt, share equal "
+                  "to onnxruntime's: " + ", ".join(f"{k} {v:.3f}" for k, v in gen["agreement_with_ort"].items())
+                  + "; RSS MiB before -> after: " + ", ".join(f"{k} {v['before_mb']:.0f} -> {v['after_mb']:.0f}"
+                                                            for k, v in gen["rss"].items())
+                  + "; compile s: " + ", ".join(f"{k} {v:.1f}" for k, v in result["compile_s"].items()), soft_wrap=True)
+    if "profile" in result:
+        prof = result["profile"]
+        console.print(f"hetc kernels at past {prof['past']} ({prof['total_ms']:.1f} ms total):")
         for kernel, ms, count in prof["kernels"]:
             console.print(f"  {ms:8.2f} ms  {count:3d} x  {kernel}", soft_wrap=True, markup=False)
     args.json.write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {args.json}")
-    return 0 if same else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

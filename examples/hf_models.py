@@ -80,52 +80,98 @@ def gpt2_cache_names(layers: int) -> tuple[list[str], list[str]]:
     return past, [name.replace("past_key_values", "present") for name in past]
 
 
-def export_gpt2(path: Path, config: str | dict = "gpt2-tiny", seed: int = 0) -> Path:
+def export_gpt2(path: Path, config: str | dict = "gpt2-tiny", seed: int = 0, position_ids: bool = False) -> Path:
     """Export a random-weight GPT2LMHeadModel with its KV cache to ``path`` (opset 17).
 
     Inputs: ``input_ids [batch, seq]`` (int64), ``attention_mask [batch, total_seq]`` (int64,
-    1 = attend; ``total_seq`` = ``past_seq + seq``) and per layer ``past_key_values.{i}.key`` /
-    ``.value`` ``[batch, heads, past_seq, head_dim]``. Outputs: ``logits [batch, seq, vocab]``
-    and ``present.{i}.key`` / ``.value`` ``[batch, heads, total_seq, head_dim]`` (the past with
-    this call's keys/values appended). Positions continue from ``past_seq``. ``past_seq`` = 0
+    1 = attend; ``total_seq`` = ``past_seq + seq``), with ``position_ids`` also ``position_ids
+    [batch, seq]``, and per layer ``past_key_values.{i}.key`` / ``.value`` ``[batch, heads,
+    past_seq, head_dim]``. Outputs: ``logits [batch, seq, vocab]`` and ``present.{i}.key`` /
+    ``.value`` ``[batch, heads, total_seq, head_dim]`` (the past with this call's keys/values
+    appended). Without ``position_ids`` positions continue from ``past_seq``. ``past_seq`` = 0
     (empty past tensors) is the prompt, so one model serves prefill and decode. Attention is
     transformers' "eager" implementation (plain MatMul/Softmax)."""
-    import onnx
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    args = GPT2_CONFIGS[config] if isinstance(config, str) else config
     import torch
-    from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    args = GPT2_CONFIGS[config] if isinstance(config, str) else config
-    gpt2 = GPT2LMHeadModel(GPT2Config(**args, attn_implementation="eager")).eval()
-    cfg = gpt2.config
-    past_names, present_names = gpt2_cache_names(cfg.n_layer)
+    return export_decoder(path, GPT2LMHeadModel(GPT2Config(**args, attn_implementation="eager")).eval(), position_ids)
+
+
+# name -> LlamaConfig arguments (grouped-query attention: fewer key/value heads than heads)
+LLAMA_CONFIGS = {
+    # 12 layers, hidden 768, 12 heads / 4 key-value heads, vocab 32000: 134M parameters
+    "llama-134m": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4,
+                   "intermediate_size": 2048, "vocab_size": 32000, "max_position_embeddings": 4096},
+    "llama-tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 512,
+                   "initializer_range": 0.2},
+}
+
+
+def export_llama(path: Path, config: str | dict = "llama-tiny", seed: int = 0) -> Path:
+    """Export a random-weight LlamaForCausalLM (RoPE, grouped-query attention, SiLU MLP) with its
+    KV cache to ``path``: the inputs and outputs of ``export_gpt2`` with ``position_ids``, the
+    cache ``[batch, kv_heads, past_seq, head_dim]``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    args = LLAMA_CONFIGS[config] if isinstance(config, str) else config
+    torch.manual_seed(seed)
+    return export_decoder(path, LlamaForCausalLM(LlamaConfig(**args, attn_implementation="eager")).eval(), True)
+
+
+def decoder_cache_shape(config) -> tuple[int, int]:
+    """(key/value heads, head dim) of a transformers decoder config."""
+    heads = getattr(config, "num_key_value_heads", None) or getattr(config, "n_head", None) \
+        or config.num_attention_heads
+    hidden = getattr(config, "hidden_size", None) or config.n_embd
+    return heads, hidden // (getattr(config, "num_attention_heads", None) or config.n_head)
+
+
+def export_decoder(path: Path, model, position_ids: bool) -> Path:
+    """Export a transformers causal LM (eval mode) with flat cache tensors in and out (module
+    names as ``export_gpt2``); ``position_ids``: take them as an input."""
+    import onnx
+    import torch
+    from transformers import DynamicCache
+
+    cfg = model.config
+    layers = cfg.num_hidden_layers
+    past_names, present_names = gpt2_cache_names(layers)
 
     class Wrapper(torch.nn.Module):  # flat cache tensors in and out; transformers 5 wants a Cache
-        def __init__(self, model) -> None:
+        def __init__(self, inner) -> None:
             super().__init__()
-            self.model = model
+            self.inner = inner
 
-        def forward(self, input_ids, attention_mask, *past):
-            cache = DynamicCache(list(zip(past[0::2], past[1::2])), config=self.model.config)
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=cache, use_cache=True)
+        def forward(self, input_ids, attention_mask, *rest):
+            positions, past = (rest[0], rest[1:]) if position_ids else (None, rest)
+            cache = DynamicCache(list(zip(past[0::2], past[1::2])), config=self.inner.config)
+            out = self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, cache=cache,
+                             use_cache=True)
             return (out.logits, *[t for layer in out.cache.layers for t in (layer.keys, layer.values)])
 
     batch, seq, past_seq = 2, 3, 5
-    heads, head_dim = cfg.n_head, cfg.n_embd // cfg.n_head
+    heads, head_dim = decoder_cache_shape(cfg)
     ids = torch.randint(0, cfg.vocab_size, (batch, seq))
     mask = torch.ones(batch, past_seq + seq, dtype=torch.int64)
+    positions = [torch.arange(past_seq, past_seq + seq).expand(batch, seq)] if position_ids else []
     past = [torch.randn(batch, heads, past_seq, head_dim) for _ in past_names]
+    names = ["input_ids", "attention_mask", *(["position_ids"] if position_ids else []), *past_names]
     dynamic = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total_seq"},
-               "logits": {0: "batch", 1: "seq"},
+               "logits": {0: "batch", 1: "seq"}, **({"position_ids": {0: "batch", 1: "seq"}} if position_ids else {}),
                **{n: {0: "batch", 2: "past_seq"} for n in past_names},
                **{n: {0: "batch", 2: "total_seq"} for n in present_names}}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Wrapper(gpt2).eval(), (ids, mask, *past), str(path), dynamo=False, opset_version=OPSET,
-                          input_names=["input_ids", "attention_mask", *past_names],
-                          output_names=["logits", *present_names], dynamic_axes=dynamic)
+        torch.onnx.export(Wrapper(model).eval(), (ids, mask, *positions, *past), str(path), dynamo=False,
+                          opset_version=OPSET, input_names=names, output_names=["logits", *present_names],
+                          dynamic_axes=dynamic)
     proto = onnx.load(str(path))
     proto.ir_version = min(proto.ir_version, IR_VERSION)
     onnx.save(proto, str(path))
@@ -148,7 +194,7 @@ def main(argv: list[str]) -> int:
         return 2
     out = Path(argv[0])
     for name in argv[1:] or ["bert-tiny"]:
-        export = export_gpt2 if name in GPT2_CONFIGS else export_bert
+        export = export_gpt2 if name in GPT2_CONFIGS else export_llama if name in LLAMA_CONFIGS else export_bert
         print(export(out / f"{name}.onnx", name))
     return 0
 

@@ -6,7 +6,7 @@ import sys
 
 from .errors import HetcError
 
-__all__ = ["CompiledModel", "HetcError", "__version__", "compile", "generate", "load", "plan", "tune"]
+__all__ = ["CompiledModel", "HetcError", "__version__", "compile", "generate", "load", "plan", "session", "tune"]
 
 
 def __getattr__(name: str):
@@ -15,10 +15,10 @@ def __getattr__(name: str):
         from . import api
 
         return getattr(api, name)
-    if name == "generate":  # greedy decoding with a KV cache (hetc/generate.py)
+    if name in {"generate", "session"}:  # decoding with a KV cache (hetc/generate.py, hetc/session.py)
         import importlib
 
-        return importlib.import_module(".generate", __name__)  # the module, callable as its generate()
+        return importlib.import_module(f".{name}", __name__)  # the module, callable as its function
     if name == "tune":
         from .tuning import tune
 

@@ -135,6 +135,7 @@ def compile(
     gears: Mapping[str, Sequence[int]] | None = None,
     cpu: str | None = None,
     winograd: str = "auto",
+    kv_cache: int | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model (path or ``ModelProto``) or a PyTorch program for ``target``.
 
@@ -172,7 +173,11 @@ def compile(
     default: this machine's); the artifact records the instruction sets it uses, and loading
     it on a CPU without them is refused (docs/cpu.md). ``winograd``: how the CPU computes 3x3
     stride-1 convs, "auto" (a cost rule per conv), "off" (direct), "2" or "4" (every eligible
-    conv as Winograd F(2x2,3x3) or F(4x4,3x3)).
+    conv as Winograd F(2x2,3x3) or F(4x4,3x3)). ``kv_cache``: for a decoder exported with its KV
+    cache as inputs and outputs (``past_key_values.*`` / ``present.*``), keep the cache in
+    preallocated buffers of this many positions, updated in place: ``hetc.session`` and
+    ``hetc.generate`` decode with them, and ``run`` still takes and returns the exported
+    signature (docs/decoding.md).
     """
     target, example_inputs = _target_and_inputs(target_or_inputs, target, example_inputs)
     targets = parse_targets(target)
@@ -186,7 +191,7 @@ def compile(
                              {k: (int(v[0]), int(v[1])) for k, v in (dims or {}).items()},
                              {k: int(v) for k, v in (plan_shape or {}).items()},
                              {k: tuple(sorted({int(x) for x in v})) for k, v in (gears or {}).items()},
-                             cpu, str(winograd))
+                             cpu, str(winograd), int(kv_cache or 0))
     if gears and not any(t.name == "ascend" for t in targets):
         raise UsageError("--gears chooses the shapes Ascend regions are built for; add the ascend target "
                          "(--target ascend,cpu)")
@@ -206,6 +211,9 @@ def compile(
     elif example_inputs is not None or dynamic_shapes is not None:
         raise UsageError("example_inputs and dynamic_shapes are for torch modules; an ONNX model's inputs are "
                          "its own (bind dims with input_shapes=)")
+    if options.kv_cache and (tp > 1 or pp > 1 or len(targets) > 1 or placement is not None):
+        raise UsageError("--kv-cache compiles a decoder for one target: it does not combine with several targets, "
+                         "--placement, --tp or --pp")
     if tp > 1 or pp > 1:
         if placement is not None or pins or devices or precision is not None:
             raise UsageError("--tp/--pp do not combine with --placement, --pin, --device or --precision")
@@ -365,6 +373,9 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
     loaded, mod, graph, times = imported or _import(model, targets, options, base_dir, constant_inputs)
     if solver is None:
         _check_supported(graph, tgt)
+    kv_layout = _inplace_cache(mod, loaded, options) if options.kv_cache else None
+    if kv_layout is not None:
+        mod, kv_layout = kv_layout
     # External targets cut their regions out inside the host's pipeline (Backend.offload).
     offloads = _start_offloads(options, graph, loaded, targets, allowed)
     if offloads:
@@ -392,6 +403,7 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
         tvm_version=tvm.__version__, tvm_ffi_version=tvm_ffi.__version__,
         offloads=[record for o in offloads for record in o.records("main")],
         dims={k: list(v) for k, v in loaded.dims.items()},
+        kv_cache=kv_layout.to_json() if kv_layout is not None else {},
     )
     report = _report(manifest, loaded, options, constant_inputs, graph, stage_reports, kernels, times)
     report["winograd"] = convs
@@ -412,6 +424,27 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
 
     return CompiledModel(manifest, report, plan, [tgt.backend.runner(executable, options.num_threads)],
                          write_parts)
+
+
+def _inplace_cache(mod: tvm.IRModule, loaded, options: CompileOptions):
+    """(module, CacheLayout): ``main`` with the decoder's cache in buffers of ``options.kv_cache``
+    positions (``hetc/passes/kv_cache.py``), checked against the dims' ranges."""
+    from .generate import cache_names
+    from .passes.kv_cache import inplace_cache
+
+    crash.set_stage("kv_cache")
+    names, outputs = [s.name for s in loaded.inputs], [s.name for s in loaded.outputs]
+    past, present = cache_names(names, outputs)
+    mod, layout = inplace_cache(mod, list(zip(past, present)), [n for n in names if n not in past], outputs,
+                                options.kv_cache)
+    ranges = {name: loaded.dims.get(name, (0, None)) for name in (layout.past_dim, layout.new_dim)}
+    if all(high is not None for _, high in ranges.values()):
+        most = sum(high for _, high in ranges.values())
+        if options.kv_cache > most:
+            raise UsageError(f"--kv-cache {options.kv_cache} is more positions than the model's dims allow: "
+                             + " + ".join(f"{name} <= {high}" for name, (_, high) in ranges.items())
+                             + f" = {most} (declare larger ranges with --dim)")
+    return mod, layout
 
 
 def _report(manifest: Manifest, loaded, options: CompileOptions, constant_inputs, graph: OpGraph,

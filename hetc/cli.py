@@ -194,6 +194,9 @@ _mount_parallel()
 @click.option("--winograd", type=click.Choice(WINOGRAD_MODES), default="auto", show_default=True,
               help="3x3 stride-1 convs on the CPU: auto (a cost rule per conv), off (direct), or every "
                    "eligible conv as Winograd F(2x2,3x3) / F(4x4,3x3) (docs/cpu.md).")
+@click.option("--kv-cache", "kv_cache", type=click.IntRange(min=1), default=None, metavar="MAX_LEN",
+              help="A decoder exported with past_key_values.* in / present.* out: keep its cache in buffers of "
+                   "MAX_LEN positions updated in place (hetc.session, hetc.generate; docs/decoding.md).")
 @click.option("--placement", type=click.Path(path_type=Path), default=None, metavar="PLAN.json|auto|accelerator-first",
               help="With several targets: auto (default) places ops by cost (the solver); accelerator-first "
                    "gives every op the first accelerator supports to it; PLAN.json runs each op on the device "
@@ -219,7 +222,7 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                 database: Path | None, arch: str | None, placement: Path | None, precision: str | None,
                 calibration: Path | None, pins, device_specs, objective: str, tp: int, pp: int,
                 micro_batches: int, dims, plan_shape, gears, verbose: bool, cpu: str | None = None,
-                winograd: str = "auto") -> None:
+                winograd: str = "auto", kv_cache: int | None = None) -> None:
     """Compile MODEL (ONNX, or a torch.export .pt2 file) into an artifact directory."""
     from . import api
     from .options import parse_arch
@@ -241,7 +244,7 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                            precision=precision, calibration=calibration, pins=_pins(pins),
                            devices=parse_device_specs(device_specs), objective=objective, tp=tp, pp=pp,
                            micro_batches=micro_batches, dims=_dim_ranges(dims), plan_shape=_plan_shape(plan_shape),
-                           gears=_gears(gears), cpu=cpu, winograd=winograd)
+                           gears=_gears(gears), cpu=cpu, winograd=winograd, kv_cache=kv_cache)
     crash.set_stage("write artifact")
     out = compiled.save(output)
     crash.set_stage("report")
@@ -258,6 +261,10 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
         console.print(_tuning_line(compiled.report["tuning"]), soft_wrap=True)
     if compiled.report.get("winograd"):
         console.print(_winograd_line(compiled.report["winograd"]), soft_wrap=True)
+    if compiled.manifest.kv_cache:
+        kv = compiled.manifest.kv_cache
+        console.print(f"KV cache in place: {len(kv['slots'])} buffers of {kv['max_len']} positions "
+                      "(hetc.session / hetc.generate; run still takes the exported past/present signature)")
     if compiled.manifest.dims:
         console.print("symbolic dims: " + ", ".join(f"{name} {low}..{high}"
                                                     for name, (low, high) in compiled.manifest.dims.items()))

@@ -25,13 +25,12 @@ on an onnxruntime session, for reference.
 
 from __future__ import annotations
 
-import sys
 import time
-import types
 from collections.abc import Sequence
 
 import numpy as np
 
+from .callable_module import make_callable
 from .errors import InputError, UsageError
 from .runtime.standalone import shape_problem
 
@@ -174,6 +173,8 @@ def generate(model, input_ids: np.ndarray, max_new_tokens: int, *, attention_mas
     if mask.shape != ids.shape:
         raise InputError(f"attention_mask has shape {list(mask.shape)}, input_ids {list(ids.shape)}: "
                          "they must match")
+    if getattr(getattr(model, "manifest", None), "kv_cache", None):
+        return _generate_in_place(model, ids, mask, max_new_tokens, eos_token_id, step_seconds)
     run = runner(model)
     batch, prompt = ids.shape
     chunk = getattr(run, "max_step_tokens", None) or prompt
@@ -202,12 +203,50 @@ def generate(model, input_ids: np.ndarray, max_new_tokens: int, *, attention_mas
     return np.concatenate(tokens, axis=1)
 
 
-class _CallableModule(types.ModuleType):
-    """``hetc.generate`` is this module once imported (Python binds a package's submodule to its
-    name): calling it calls ``generate``, so ``hetc.generate(model, ids, n)`` always works."""
+def _generate_in_place(model, ids: np.ndarray, mask: np.ndarray, max_new_tokens: int, eos_token_id: int | None,
+                       step_seconds: list | None) -> np.ndarray:
+    """``generate`` on a model compiled with ``kv_cache``: a ``hetc.session`` over the rows' real
+    tokens (``mask``), each row decoded at its own length (as it would be alone); rows that
+    produce ``eos_token_id`` leave the batch."""
+    from .session import Session
 
-    def __call__(self, *args, **kwargs):
-        return generate(*args, **kwargs)
+    batch = ids.shape[0]
+    real = [row[keep != 0] for row, keep in zip(ids, mask)]
+    lengths = np.array([len(r) for r in real], np.int64)
+    if (lengths == 0).any():
+        raise InputError(f"row(s) {np.flatnonzero(lengths == 0).tolist()} of attention_mask mark no prompt token")
+    session = Session(model, batch)
+    if (lengths != lengths[0]).any() and "position_ids" not in session.layout.step_inputs:
+        raise UsageError("prompts of different lengths decode together only when the model takes position_ids "
+                         f"(lengths {lengths.tolist()}); export it with position_ids, or give equal-length prompts")
+    if max_new_tokens == 0:
+        return ids
+    padded = np.zeros((batch, int(lengths.max())), np.int64)
+    for r, tokens in enumerate(real):
+        padded[r, :len(tokens)] = tokens
+    new = np.full((batch, max_new_tokens), 0 if eos_token_id is None else eos_token_id, np.int64)
+    active = np.arange(batch)
+    start = time.perf_counter()
+    logits = session.prefill(padded, lengths)
+    steps = 0
+    for i in range(max_new_tokens):
+        if step_seconds is not None:
+            step_seconds.append(time.perf_counter() - start)
+        nxt = np.argmax(logits, axis=-1).astype(np.int64)
+        new[active, i] = nxt
+        steps = i + 1
+        if eos_token_id is not None:
+            going = nxt != eos_token_id
+            if not going.any():
+                break
+            if not going.all():
+                session.keep(np.flatnonzero(going))
+                active, nxt = active[going], nxt[going]
+        if steps == max_new_tokens:
+            break
+        start = time.perf_counter()
+        logits = session.step(nxt)
+    return np.concatenate([ids, new[:, :steps]], axis=1)
 
 
-sys.modules[__name__].__class__ = _CallableModule
+make_callable(__name__, generate)  # hetc.generate(model, ids, n): hetc/callable_module.py

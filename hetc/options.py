@@ -42,6 +42,9 @@ class CompileOptions:
     # 3x3 stride-1 convs on the CPU: "auto" (a cost rule per conv), "off", or "2"/"4" (every
     # eligible conv as Winograd F(2x2,3x3) / F(4x4,3x3)); see hetc/backends/cpu/winograd.py
     winograd: str = "auto"
+    # decoders: keep the KV cache in preallocated buffers of this many positions, updated in
+    # place (hetc/passes/kv_cache.py, hetc.session); 0 = the model's own past/present signature
+    kv_cache: int = 0
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -68,6 +71,8 @@ class CompileOptions:
             check_cpu(self.cpu)
         if self.winograd not in WINOGRAD_MODES:
             raise UsageError(f"invalid winograd mode {self.winograd!r}; choose one of {', '.join(WINOGRAD_MODES)}")
+        if self.kv_cache < 0:
+            raise UsageError(f"--kv-cache is the cache's length in positions (>= 1), got {self.kv_cache}")
         if self.calibration is not None:
             if self.precision not in (None, "fixed"):
                 raise UsageError("--calibration chooses fixed-point types: use it with --precision fixed "

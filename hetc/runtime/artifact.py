@@ -92,10 +92,13 @@ class Manifest:
     # symbolic dims some Ascend region takes -> the sizes ("gears") the regions are built for;
     # other sizes are refused at run time; written only when there are any
     gears: dict[str, list[int]] = field(default_factory=dict)
+    # a decoder compiled with its KV cache in place (hetc/passes/kv_cache.py ``CacheLayout``):
+    # what ``main`` takes instead of the past inputs; written only when there is one
+    kv_cache: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         data = asdict(self)
-        for optional in ("offloads", "parallel", "dims", "gears"):
+        for optional in ("offloads", "parallel", "dims", "gears", "kv_cache"):
             if not data[optional]:
                 del data[optional]
         # "devices" (split parts) and "cpu" (CPU parts) are written only where set: older
@@ -123,6 +126,7 @@ class Manifest:
             parallel=dict(data.get("parallel", {})),
             dims={str(k): [int(v[0]), int(v[1])] for k, v in data.get("dims", {}).items()},
             gears={str(k): [int(x) for x in v] for k, v in data.get("gears", {}).items()},
+            kv_cache=dict(data.get("kv_cache", {})),
         )
 
 

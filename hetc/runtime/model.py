@@ -16,7 +16,7 @@ from .. import narrow
 from ..errors import ArtifactError, HetcError, InputError, last_line
 from ..targets import get_target
 from .artifact import Manifest, read_manifest, write_artifact
-from .standalone import cpu_problem, shape_problem
+from .standalone import cache_call, cpu_problem, shape_problem
 
 
 @dataclass
@@ -91,14 +91,24 @@ class CompiledModel:
         arrays = self._check_inputs(inputs)
         if self._sub_byte:  # int4, float4e2m1, ...: one byte per element (hetc/narrow.py)
             arrays = [narrow.to_raw(a) for a in arrays]
-        # One part today; the partitioned executor (placement issue) chains several.
-        outputs = self._runners[0](arrays)
+        if self.manifest.kv_cache:  # the cache kept in place: called with the exported signature
+            outputs = self._cache_call(arrays)
+        else:  # one part today; the partitioned executor (placement issue) chains several
+            outputs = self._runners[0](arrays)
         if len(outputs) != len(self.manifest.outputs):
             raise ArtifactError(f"model returned {len(outputs)} outputs, manifest lists "
                                 f"{len(self.manifest.outputs)}")
         if self._sub_byte:
             outputs = [narrow.from_raw(o, s.dtype) for o, s in zip(outputs, self.manifest.outputs)]
         return dict(zip(self._output_names, outputs))
+
+    def _cache_call(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        import tvm
+
+        runner = self._runners[0]
+        main, device = runner.function()
+        return cache_call(lambda *args: runner.invoke(main, list(args)), self.manifest.kv_cache,
+                          [s.to_json() for s in self.manifest.inputs], arrays, tvm, device, np, InputError)
 
     @functools.cached_property
     def _sub_byte(self) -> bool:

@@ -358,10 +358,59 @@ def parse_devices(tvm, part: dict) -> list:
     return devices
 
 
+def dim_sizes(specs: list[dict], shapes: list) -> dict:
+    """{symbolic dim name: size} read off ``shapes`` (one per input spec, in order)."""
+    return {d: int(n) for spec, shape in zip(specs, shapes) for d, n in zip(spec["shape"], shape)
+            if isinstance(d, str)}
+
+
+def cache_call(main, kv: dict, specs: list[dict], arrays: list, tvm, device, np, error=RunError) -> list:
+    """``main`` of a model compiled with its KV cache in place (manifest ``kv_cache``: the layout
+    of ``hetc/passes/kv_cache.py``) called with the exported signature: each past input copied
+    into a fresh buffer of ``max_len`` positions, and the outputs the exported ones, logits then
+    each present (its buffer's valid prefix, copied out). ``error``: the class raised for a past
+    that does not fit the buffers."""
+    by_name = {spec["name"]: array for spec, array in zip(specs, arrays)}
+    slots, max_len = kv["slots"], kv["max_len"]
+
+    def exported(slot):  # the buffer's sequence axis in the exported layout (a transposed one swaps 2, 3)
+        return 2 if slot.get("transposed") else slot["axis"]
+
+    first = by_name[slots[0]["past"]]
+    batch, past = first.shape[0], first.shape[exported(slots[0])]
+    step = [(spec, a) for spec, a in zip(specs, arrays) if spec["name"] in kv["step_inputs"]]
+    new = dim_sizes([spec for spec, _ in step], [a.shape for _, a in step])[kv["new_dim"]]
+    if past + new > max_len:
+        raise error(f"the past ({past}) and this step's {new} entries need {past + new} cache positions; the "
+                    f"model was compiled with --kv-cache {max_len}")
+
+    def window(slot, length):
+        index = [slice(None)] * len(slot["shape"])
+        index[slot["axis"]] = slice(0, length)
+        return tuple(index)
+
+    buffers = []
+    for slot in slots:
+        value = by_name[slot["past"]]
+        buffer = np.zeros([batch, *slot["shape"][1:]], value.dtype)
+        buffer[window(slot, past)] = value.swapaxes(2, 3) if slot.get("transposed") else value
+        buffers.append(tvm.runtime.tensor(buffer, device))
+    args = [tvm.runtime.tensor(np.ascontiguousarray(by_name[n]), device) for n in kv["step_inputs"]]
+    logits = main(*args, *buffers, tvm.runtime.tensor(np.full(batch, past, np.int64), device),
+                  tvm.runtime.ShapeTuple([past]))
+    presents = []
+    for slot, buffer in zip(slots, buffers):
+        valid = buffer.numpy()[window(slot, past + new)]
+        presents.append(np.ascontiguousarray(valid.swapaxes(2, 3) if slot.get("transposed") else valid))
+    return [logits.numpy(), *presents]
+
+
 class Part:
     """One part's Relax VM: ``part(arrays)`` calls ``main`` and returns numpy arrays."""
 
-    def __init__(self, root: Path, part: dict, tvm, vm_class) -> None:
+    def __init__(self, root: Path, part: dict, tvm, vm_class, kv_cache: dict | None = None,
+                 inputs: list | None = None) -> None:
+        """``kv_cache``/``inputs``: the manifest's, for a decoder with its cache in place."""
         problem = cpu_problem(part)
         if problem:
             raise RunError(f"{root}: {problem}")
@@ -378,9 +427,14 @@ class Part:
             raise RunError(f"{root}: cannot load part '{part['name']}' ({part['library']}): "
                            f"{last_line(err)}") from None
         self.main = self.vm["main"]
+        self.kv_cache, self.inputs = kv_cache, inputs
 
     def __call__(self, arrays: list) -> list:
         tvm = self.tvm
+        if self.kv_cache:  # the cache kept in place: called with the exported signature
+            import numpy as np
+
+            return cache_call(self.main, self.kv_cache, self.inputs, arrays, tvm, self.devices[0], np)
         args = [tvm.runtime.tensor(a, self.devices[0]) for a in arrays]
         return self._flatten(self.main(*args))
 
@@ -414,7 +468,7 @@ def run(args: argparse.Namespace) -> int:
     if served:  # e.g. Ascend regions: onnxruntime emulation or a CANN host library, both hetc's runtime
         raise RunError(f"{root}: {len(served)} {served[0]['target']} region(s) run through hetc's runtime "
                        f"({served[0]['name']}, ...); run this artifact with `hetc run`")
-    part = Part(root, manifest["parts"][0], tvm, vm_class)
+    part = Part(root, manifest["parts"][0], tvm, vm_class, manifest.get("kv_cache"), manifest["inputs"])
 
     times_ms = []
     runs = args.warmup + max(1, args.repeat or 0)

@@ -77,12 +77,12 @@ class VMRunner:
         where it need not be (the fixed cost of a call: see ``_on_device``, ``_to_numpy``)."""
         main = self._main()
         if not self.on_cpu:
-            return _flatten(self._invoke(main, [tvm.runtime.tensor(np.require(a, requirements="C"),
+            return _flatten(self.invoke(main, [tvm.runtime.tensor(np.require(a, requirements="C"),
                                                                    self.first) for a in args]))
         passed: list[np.ndarray] = []  # the memory each input tensor is (a staging buffer or the array)
         inputs = [self._on_device(i, np.asarray(a), passed) for i, a in enumerate(args)]
         outputs: list[np.ndarray] = []
-        for value in _tensors(self._invoke(main, inputs)):
+        for value in _tensors(self.invoke(main, inputs)):
             array = _to_numpy(value)
             if isinstance(value, tvm.runtime.Tensor):
                 for other in (*passed, *outputs):
@@ -122,7 +122,12 @@ class VMRunner:
         main = self._main()
         inputs = [a if isinstance(a, tvm.runtime.Tensor) else
                   tvm.runtime.tensor(np.require(a, requirements="C"), self.first) for a in args]
-        return _tensors(self._invoke(main, inputs))
+        return _tensors(self.invoke(main, inputs))
+
+    def function(self) -> tuple:
+        """(``main``, the device its inputs go to): for callers that pass TVM values themselves
+        (``hetc.session``: cache buffers, shape tuples)."""
+        return self._main(), self.first
 
     def _main(self):
         if self.vm is None:
@@ -136,7 +141,7 @@ class VMRunner:
         return self.main
 
     @staticmethod
-    def _invoke(main, inputs: list):
+    def invoke(main, inputs: list):
         try:
             return main(*inputs)
         except Exception as err:  # noqa: BLE001 - TVM raises its own error classes

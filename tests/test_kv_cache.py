@@ -1,0 +1,211 @@
+"""A decoder's KV cache in place (``kv_cache=MAX_LEN``, hetc/passes/kv_cache.py, hetc.session):
+GPT-2 and a Llama with grouped-query attention and RoPE, both exported by torch.onnx.export,
+decode token for token as onnxruntime's loop does; rows of different lengths decode together as
+each would alone; ``run`` keeps the exported signature; nothing copies the past."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hetc
+from hetc.errors import InputError, UsageError
+
+pytestmark = pytest.mark.torch
+
+DIMS = {"batch": (1, 4), "seq": (1, 64), "past_seq": (0, 128), "total_seq": (1, 128)}
+MAX_LEN = 128
+
+
+def _export(tmp_path_factory, name: str) -> Path:
+    pytest.importorskip("torch", reason="torch exports the model")
+    pytest.importorskip("transformers", reason="transformers builds the model")
+    import hf_models  # examples/, put on sys.path by conftest
+
+    path = tmp_path_factory.mktemp(name) / f"{name}.onnx"
+    if name == "llama":
+        return hf_models.export_llama(path, "llama-tiny")
+    return hf_models.export_gpt2(path, "gpt2-tiny", position_ids=True)
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def decoder(request, tmp_path_factory):
+    import onnxruntime as ort
+
+    path = _export(tmp_path_factory, request.param)
+    return hetc.compile(path, dims=DIMS, kv_cache=MAX_LEN), ort.InferenceSession(str(path)), path
+
+
+def test_greedy_tokens_match_onnxruntime(decoder):
+    compiled, session, _ = decoder
+    prompt = np.random.default_rng(0).integers(0, 1000, (2, 6))
+    ours = hetc.generate(compiled, prompt, 64)
+    ref = hetc.generate(session, prompt, 64)
+    np.testing.assert_array_equal(ours, ref)
+    assert len(set(ours[:, 6:].ravel().tolist())) > 8  # not one repeated token: a real comparison
+
+
+def test_attention_reads_the_buffers_in_place(decoder):
+    """No concat of the cache and no copy of its prefix: the attention kernels read the buffers
+    (``kv_scores``/``kv_mix``), the step writes its entries in place (``kv_write``), and ``main``
+    returns the logits alone."""
+    compiled, _, _ = decoder
+    kernels = set(compiled.report["kernels"])
+    assert any(k.startswith("kv_write") for k in kernels)
+    assert any("kv_scores" in k for k in kernels) and any("kv_mix" in k for k in kernels)
+    assert not [k for k in kernels if "kv_prefix" in k]
+    dims = compiled.report["kernel_dims"]  # a concat of the cache would take the past length
+    assert not [k for k in kernels if "concatenate" in k and "past_seq" in dims.get(k, {}).get("dims", [])]
+    layout = compiled.manifest.kv_cache
+    assert layout["max_len"] == MAX_LEN and layout["new_dim"] == "seq" and layout["past_dim"] == "past_seq"
+    assert all(s["shape"][s["axis"]] == MAX_LEN for s in layout["slots"])
+    keys = [s for s in layout["slots"] if s["past"].endswith(".key")]
+    assert all(s["transposed"] and s["axis"] == 3 for s in keys)  # read only by Q @ K^T: stored [b, h, d, max_len]
+    assert not any(s["transposed"] for s in layout["slots"] if s["past"].endswith(".value"))
+
+
+def test_run_keeps_the_exported_signature(decoder, tmp_path):
+    compiled, session, _ = decoder
+    rng = np.random.default_rng(1)
+    past = {s.name: rng.standard_normal((2, s.shape[1], 5, s.shape[3])).astype(np.float32)
+            for s in compiled.manifest.inputs if s.name.startswith("past_key_values.")}
+    feeds = {"input_ids": rng.integers(0, 1000, (2, 3)), "attention_mask": np.ones((2, 8), np.int64),
+             "position_ids": np.tile(np.arange(5, 8), (2, 1)), **past}
+    ours = compiled.run(feeds)
+    ref = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    assert list(ours) == list(ref)
+    for name, want in ref.items():
+        np.testing.assert_allclose(ours[name], want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    # the saved artifact, run by the runtime-only runner with the same signature
+    out = compiled.save(tmp_path / "art")
+    np.savez(tmp_path / "in.npz", **feeds)
+    done = subprocess.run([sys.executable, "hetc/runtime/standalone.py", str(out), "--inputs", str(tmp_path / "in.npz"),
+                           "--outputs", str(tmp_path / "out.npz")], check=False, capture_output=True, text=True,
+                          cwd=Path(hetc.__file__).parents[1])
+    assert done.returncode == 0, done.stderr
+    saved = np.load(tmp_path / "out.npz")
+    np.testing.assert_allclose(saved["present.1.value"], ref["present.1.value"], rtol=1e-4, atol=1e-5)
+    assert json.loads((out / "manifest.json").read_text())["kv_cache"]["max_len"] == MAX_LEN
+
+
+def test_rows_of_different_lengths_decode_as_alone(decoder):
+    compiled, session, _ = decoder
+    ids = np.random.default_rng(2).integers(0, 1000, (3, 7))
+    mask = np.ones((3, 7), np.int64)
+    mask[0, 4:] = 0
+    mask[2, 1:] = 0  # a one-token prompt
+    together = hetc.generate(compiled, ids, 24, attention_mask=mask)
+    for row in range(3):
+        n = int(mask[row].sum())
+        alone = hetc.generate(session, ids[row:row + 1, :n], 24)
+        np.testing.assert_array_equal(together[row, 7:], alone[0, n:])
+
+
+def test_finished_rows_leave_the_batch(decoder):
+    """``keep`` drops rows: the others go on exactly as a session of only them would, on the
+    same buffers (no cache reallocated)."""
+    compiled, _, _ = decoder
+    prompt = np.random.default_rng(3).integers(0, 1000, (3, 5))
+    three = hetc.session(compiled, 3)
+    logits = three.prefill(prompt)
+    pointers = [b.handle.value if hasattr(b, "handle") else id(b) for b in three.buffers]
+    three.step(np.argmax(logits, -1))
+    three.keep([2, 0])
+    assert three.batch == 2 and three.lengths.tolist() == [6, 6]
+    one = hetc.session(compiled, 2)
+    logits_one = one.prefill(prompt[[2, 0]])
+    one.step(np.argmax(logits_one, -1))
+    tokens = np.array([7, 9])
+    for _ in range(5):
+        a, b = three.step(tokens), one.step(tokens)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        tokens = np.argmax(a, -1)
+    assert [b.handle.value if hasattr(b, "handle") else id(b) for b in three.buffers] == pointers
+    # generate with an end token: the finished row is padded with it, the others keep going
+    eos = int(hetc.generate(compiled, prompt[:1], 3)[0, -1])
+    out = hetc.generate(compiled, prompt, 6, eos_token_id=eos)
+    assert out[0, 7] == eos and (out[0, 8:] == eos).all()
+
+
+def test_bad_inputs_are_one_line_errors(decoder):
+    compiled, _, path = decoder
+    with pytest.raises(UsageError, match="kv-cache.*>= 1"):
+        hetc.compile(path, dims=DIMS, kv_cache=-3)
+    with pytest.raises(UsageError, match="more positions than the model's dims allow"):
+        hetc.compile(path, dims=DIMS, kv_cache=1000)
+    session = hetc.session(compiled, 1)
+    session.prefill(np.zeros((1, 64), np.int64))
+    session.prefill(np.zeros((1, 64), np.int64))  # 128 positions: full
+    with pytest.raises(InputError, match="129 positions do not fit the cache.*--kv-cache 128"):
+        session.step(np.zeros(1, np.int64))
+    assert session.lengths.tolist() == [128]  # the refused step changed nothing
+    with pytest.raises(InputError, match="positions do not fit the cache"):
+        hetc.generate(compiled, np.zeros((1, 120), np.int64), 20)
+    with pytest.raises(InputError, match=r"\[1, seq\] integer array"):
+        hetc.session(compiled, 1).prefill(np.zeros((2, 3), np.int64))
+    with pytest.raises(UsageError, match="batch 9 is outside"):
+        hetc.session(compiled, 9)
+    feeds = {"input_ids": np.zeros((1, 1), np.int64), "attention_mask": np.ones((1, MAX_LEN + 1), np.int64),
+             "position_ids": np.zeros((1, 1), np.int64),
+             **{s.name: np.zeros((1, s.shape[1], MAX_LEN, s.shape[3]), np.float32)
+                for s in compiled.manifest.inputs if s.name.startswith("past_key_values.")}}
+    with pytest.raises(InputError, match="129"):  # the mask's range or the cache (same bound here)
+        compiled.run(feeds)
+    wrong = {**feeds, "attention_mask": np.ones((1, 3), np.int64)}
+    first = next(n for n in wrong if n.startswith("past_key_values."))
+    wrong[first] = np.zeros((1, 7, 2, 5), np.float32)  # a cache of the wrong shape
+    with pytest.raises(InputError, match=first):
+        compiled.run(wrong)
+
+
+def test_a_model_without_a_cache_is_refused(tmp_path):
+    pytest.importorskip("torch", reason="torch exports the model")
+    import hf_models
+
+    path = hf_models.export_bert(tmp_path / "bert.onnx", "bert-tiny")
+    with pytest.raises(UsageError, match="no KV cache inputs"):
+        hetc.compile(path, kv_cache=64)
+    plain = hetc.compile(path)
+    with pytest.raises(UsageError, match="compiled with its cache in place"):
+        hetc.session(plain)
+
+
+def test_the_command_line_compiles_with_the_cache_in_place(decoder, tmp_path):
+    from click.testing import CliRunner
+
+    from hetc.cli import cli
+
+    _, _, path = decoder
+    result = CliRunner().invoke(cli, ["compile", str(path), "-o", str(tmp_path / "out"), "--kv-cache", "64",
+                                      "--dim", "batch=1:2", "--dim", "seq=1:32", "--dim", "past_seq=0:64",
+                                      "--dim", "total_seq=1:64"])
+    assert result.exit_code == 0, result.output
+    assert "KV cache in place" in result.output
+    loaded = hetc.load(tmp_path / "out")
+    prompt = np.random.default_rng(5).integers(0, 1000, (1, 4))
+    np.testing.assert_array_equal(hetc.generate(loaded, prompt, 8), hetc.generate(decoder[1], prompt, 8))
+    bad = CliRunner().invoke(cli, ["compile", str(path), "-o", str(tmp_path / "bad"), "--kv-cache", "0"])
+    assert bad.exit_code != 0 and not (tmp_path / "bad").exists()
+
+
+def test_a_past_beyond_the_buffers_is_refused_before_the_call():
+    """The exported-signature adapter checks the past and the step's entries against
+    ``max_len`` before anything is written (the write kernel does not bound-check)."""
+    import tvm
+
+    from hetc.runtime.standalone import cache_call
+
+    kv = {"max_len": 8, "step_inputs": ["input_ids"], "new_dim": "seq", "past_dim": "past_seq",
+          "slots": [{"past": "past.0", "present": "present.0", "shape": ["batch", 2, 8, 4], "axis": 2,
+                     "dtype": "float32", "transposed": False}]}
+    specs = [{"name": "input_ids", "shape": ["batch", "seq"]}, {"name": "past.0", "shape": ["batch", 2, "past_seq", 4]}]
+    called = []
+    with pytest.raises(InputError, match="past \\(6\\) and this step's 3 entries need 9 cache positions.*--kv-cache 8"):
+        cache_call(lambda *a: called.append(a), kv, specs, [np.zeros((1, 3), np.int64), np.zeros((1, 2, 6, 4), np.float32)],
+                   tvm, tvm.cpu(), np, InputError)
+    assert not called
