@@ -80,7 +80,8 @@ def gpt2_cache_names(layers: int) -> tuple[list[str], list[str]]:
     return past, [name.replace("past_key_values", "present") for name in past]
 
 
-def export_gpt2(path: Path, config: str | dict = "gpt2-tiny", seed: int = 0, position_ids: bool = False) -> Path:
+def export_gpt2(path: Path, config: str | dict = "gpt2-tiny", seed: int = 0, position_ids: bool = False,
+                attention: str = "eager") -> Path:
     """Export a random-weight GPT2LMHeadModel with its KV cache to ``path`` (opset 17).
 
     Inputs: ``input_ids [batch, seq]`` (int64), ``attention_mask [batch, total_seq]`` (int64,
@@ -89,15 +90,16 @@ def export_gpt2(path: Path, config: str | dict = "gpt2-tiny", seed: int = 0, pos
     past_seq, head_dim]``. Outputs: ``logits [batch, seq, vocab]`` and ``present.{i}.key`` /
     ``.value`` ``[batch, heads, total_seq, head_dim]`` (the past with this call's keys/values
     appended). Without ``position_ids`` positions continue from ``past_seq``. ``past_seq`` = 0
-    (empty past tensors) is the prompt, so one model serves prefill and decode. Attention is
-    transformers' "eager" implementation (plain MatMul/Softmax)."""
+    (empty past tensors) is the prompt, so one model serves prefill and decode. ``attention`` is
+    transformers' implementation: "eager" (plain MatMul/Softmax) or "sdpa" (exported decomposed,
+    queries and keys each scaled by the root of the scale, as optimum's exports are)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     args = GPT2_CONFIGS[config] if isinstance(config, str) else config
     import torch
 
     torch.manual_seed(seed)
-    return export_decoder(path, GPT2LMHeadModel(GPT2Config(**args, attn_implementation="eager")).eval(), position_ids)
+    return export_decoder(path, GPT2LMHeadModel(GPT2Config(**args, attn_implementation=attention)).eval(), position_ids)
 
 
 # name -> LlamaConfig arguments (grouped-query attention: fewer key/value heads than heads)
@@ -123,10 +125,47 @@ def export_llama(path: Path, config: str | dict = "llama-tiny", seed: int = 0) -
     return export_decoder(path, LlamaForCausalLM(LlamaConfig(**args, attn_implementation="eager")).eval(), True)
 
 
+def train_byte_gpt2(steps: int = 300, seed: int = 0, log=None):
+    """A small GPT-2 (4 layers, hidden 192, 6 heads, 512 positions) trained on bytes of Python's
+    own standard library source (no download: the files ship with the interpreter), ``steps``
+    AdamW steps of 16 x 128 bytes: a trained model whose logits have a trained model's margins,
+    for measuring what int8 weights change. Deterministic for a seed and thread count. Returns
+    ``(model, text bytes)``; ``log(step, loss)`` if given, every 50 steps."""
+    import sysconfig
+
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    root = Path(sysconfig.get_paths()["stdlib"])
+    text = b"".join(p.read_bytes() for p in sorted(root.glob("*.py"))[:200])
+    data = torch.tensor(list(text), dtype=torch.int64)
+    config = GPT2Config(vocab_size=256, n_positions=512, n_embd=192, n_layer=4, n_head=6, bos_token_id=0,
+                        eos_token_id=0, attn_implementation="eager")
+    model = GPT2LMHeadModel(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    for step in range(steps):
+        starts = torch.randint(0, len(data) - 129, (16,), generator=generator)
+        batch = torch.stack([data[s:s + 129] for s in starts.tolist()])
+        loss = model(input_ids=batch[:, :-1], labels=batch[:, 1:]).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if log is not None and (step % 50 == 0 or step == steps - 1):
+            log(step, loss.item())
+    return model.eval(), text
+
+
 def decoder_cache_shape(config) -> tuple[int, int]:
-    """(key/value heads, head dim) of a transformers decoder config."""
-    heads = getattr(config, "num_key_value_heads", None) or getattr(config, "n_head", None) \
-        or config.num_attention_heads
+    """(key/value heads, head dim) of a transformers decoder config (Falcon's multi-query
+    attention: one key/value head)."""
+    if getattr(config, "multi_query", False) and not getattr(config, "new_decoder_architecture", False):
+        heads = 1
+    else:
+        heads = getattr(config, "num_key_value_heads", None) or getattr(config, "n_head", None) \
+            or config.num_attention_heads
     hidden = getattr(config, "hidden_size", None) or config.n_embd
     return heads, hidden // (getattr(config, "num_attention_heads", None) or config.n_head)
 

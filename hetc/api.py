@@ -136,6 +136,7 @@ def compile(
     cpu: str | None = None,
     winograd: str = "auto",
     kv_cache: int | None = None,
+    weights: str | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model (path or ``ModelProto``) or a PyTorch program for ``target``.
 
@@ -177,7 +178,8 @@ def compile(
     cache as inputs and outputs (``past_key_values.*`` / ``present.*``), keep the cache in
     preallocated buffers of this many positions, updated in place: ``hetc.session`` and
     ``hetc.generate`` decode with them, and ``run`` still takes and returns the exported
-    signature (docs/decoding.md).
+    signature (docs/decoding.md). ``weights="int8"``: constant matmul weights stored as int8 with a
+    scale per output channel, dequantized inside the matmul (CPU; docs/decoding.md).
     """
     target, example_inputs = _target_and_inputs(target_or_inputs, target, example_inputs)
     targets = parse_targets(target)
@@ -191,7 +193,7 @@ def compile(
                              {k: (int(v[0]), int(v[1])) for k, v in (dims or {}).items()},
                              {k: int(v) for k, v in (plan_shape or {}).items()},
                              {k: tuple(sorted({int(x) for x in v})) for k, v in (gears or {}).items()},
-                             cpu, str(winograd), int(kv_cache or 0))
+                             cpu, str(winograd), int(kv_cache or 0), weights)
     if gears and not any(t.name == "ascend" for t in targets):
         raise UsageError("--gears chooses the shapes Ascend regions are built for; add the ascend target "
                          "(--target ascend,cpu)")

@@ -197,6 +197,9 @@ _mount_parallel()
 @click.option("--kv-cache", "kv_cache", type=click.IntRange(min=1), default=None, metavar="MAX_LEN",
               help="A decoder exported with past_key_values.* in / present.* out: keep its cache in buffers of "
                    "MAX_LEN positions updated in place (hetc.session, hetc.generate; docs/decoding.md).")
+@click.option("--weights", type=click.Choice(["int8"]), default=None,
+              help="Store constant matmul weights as int8 with a scale per output channel, dequantized inside the "
+                   "matmul (CPU): a quarter of the bytes a decoding step reads (docs/decoding.md).")
 @click.option("--placement", type=click.Path(path_type=Path), default=None, metavar="PLAN.json|auto|accelerator-first",
               help="With several targets: auto (default) places ops by cost (the solver); accelerator-first "
                    "gives every op the first accelerator supports to it; PLAN.json runs each op on the device "
@@ -222,7 +225,7 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                 database: Path | None, arch: str | None, placement: Path | None, precision: str | None,
                 calibration: Path | None, pins, device_specs, objective: str, tp: int, pp: int,
                 micro_batches: int, dims, plan_shape, gears, verbose: bool, cpu: str | None = None,
-                winograd: str = "auto", kv_cache: int | None = None) -> None:
+                winograd: str = "auto", kv_cache: int | None = None, weights: str | None = None) -> None:
     """Compile MODEL (ONNX, or a torch.export .pt2 file) into an artifact directory."""
     from . import api
     from .options import parse_arch
@@ -244,7 +247,8 @@ def compile_cmd(model: Path, target: str, output: Path, input_shapes, constant_i
                            precision=precision, calibration=calibration, pins=_pins(pins),
                            devices=parse_device_specs(device_specs), objective=objective, tp=tp, pp=pp,
                            micro_batches=micro_batches, dims=_dim_ranges(dims), plan_shape=_plan_shape(plan_shape),
-                           gears=_gears(gears), cpu=cpu, winograd=winograd, kv_cache=kv_cache)
+                           gears=_gears(gears), cpu=cpu, winograd=winograd, kv_cache=kv_cache,
+                           weights=weights)
     crash.set_stage("write artifact")
     out = compiled.save(output)
     crash.set_stage("report")

@@ -16,6 +16,9 @@ WINOGRAD_MODES = ("auto", "off", "2", "4")  # hetc/backends/cpu/winograd.py
 ARCH_PATTERN = re.compile(r"sm_\d{2,3}[af]?")  # CUDA SM architectures: sm_80, sm_90a, sm_100f
 
 
+WEIGHT_TYPES = (None, "int8")
+
+
 @dataclass(frozen=True)
 class CompileOptions:
     targets: tuple[str, ...] = ("cpu",)  # target names, validated against the registry
@@ -45,6 +48,9 @@ class CompileOptions:
     # decoders: keep the KV cache in preallocated buffers of this many positions, updated in
     # place (hetc/passes/kv_cache.py, hetc.session); 0 = the model's own past/present signature
     kv_cache: int = 0
+    # constant matmul weights stored as "int8" (per output channel scale, dequantized in the
+    # matmul's inner loop: hetc/passes/weight_int8.py); None = as the model has them
+    weights: str | None = None
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -71,6 +77,11 @@ class CompileOptions:
             check_cpu(self.cpu)
         if self.winograd not in WINOGRAD_MODES:
             raise UsageError(f"invalid winograd mode {self.winograd!r}; choose one of {', '.join(WINOGRAD_MODES)}")
+        if self.weights not in WEIGHT_TYPES:
+            raise UsageError(f"invalid --weights {self.weights!r}; choose {', '.join(w for w in WEIGHT_TYPES if w)} "
+                             "(or leave it unset: the model's own weights)")
+        if self.weights is not None and any(t != "cpu" for t in self.targets):
+            raise UsageError(f"--weights {self.weights} is for the CPU target; got --target {','.join(self.targets)}")
         if self.kv_cache < 0:
             raise UsageError(f"--kv-cache is the cache's length in positions (>= 1), got {self.kv_cache}")
         if self.calibration is not None:

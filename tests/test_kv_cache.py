@@ -1,5 +1,6 @@
 """A decoder's KV cache in place (``kv_cache=MAX_LEN``, hetc/passes/kv_cache.py, hetc.session):
-GPT-2 and a Llama with grouped-query attention and RoPE, both exported by torch.onnx.export,
+GPT-2 (SDPA attention) and a Llama with grouped-query attention and RoPE (eager attention),
+both exported by torch.onnx.export,
 decode token for token as onnxruntime's loop does; rows of different lengths decode together as
 each would alone; ``run`` keeps the exported signature; nothing copies the past."""
 
@@ -30,7 +31,8 @@ def _export(tmp_path_factory, name: str) -> Path:
     path = tmp_path_factory.mktemp(name) / f"{name}.onnx"
     if name == "llama":
         return hf_models.export_llama(path, "llama-tiny")
-    return hf_models.export_gpt2(path, "gpt2-tiny", position_ids=True)
+    # SDPA exported decomposed: keys scaled by a constant before Q @ K^T (optimum's exports)
+    return hf_models.export_gpt2(path, "gpt2-tiny", position_ids=True, attention="sdpa")
 
 
 @pytest.fixture(scope="module", params=["llama", "gpt2"])
@@ -209,3 +211,27 @@ def test_a_past_beyond_the_buffers_is_refused_before_the_call():
         cache_call(lambda *a: called.append(a), kv, specs, [np.zeros((1, 3), np.int64), np.zeros((1, 2, 6, 4), np.float32)],
                    tvm, tvm.cpu(), np, InputError)
     assert not called
+
+
+def test_multi_query_attention_reads_its_one_head(tmp_path):
+    """Falcon's one key/value head, which the exported matmul broadcasts over the query heads
+    (no repeat in the graph): every head reads head 0 of the buffer."""
+    pytest.importorskip("torch", reason="torch exports the model")
+    import hf_models
+    import onnxruntime as ort
+    import torch
+    from transformers import FalconConfig, FalconForCausalLM
+
+    torch.manual_seed(0)
+    config = FalconConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000,
+                          initializer_range=0.2, attn_implementation="eager")
+    assert config.multi_query
+    path = hf_models.export_decoder(tmp_path / "falcon.onnx", FalconForCausalLM(config).eval(), True)
+    compiled = hetc.compile(path, dims=DIMS, kv_cache=MAX_LEN)
+    assert compiled.manifest.kv_cache["slots"][0]["shape"][1] == 1
+    kernels = set(compiled.report["kernels"])  # read in place, not through a prefix copy
+    assert any("kv_scores" in k for k in kernels) and not any("kv_prefix" in k for k in kernels)
+    prompt = np.random.default_rng(4).integers(0, 1000, (2, 5))
+    ours = hetc.generate(compiled, prompt, 24)
+    np.testing.assert_array_equal(ours, hetc.generate(ort.InferenceSession(str(path)), prompt, 24))
+    assert len(set(ours[:, 5:].ravel().tolist())) > 4

@@ -140,3 +140,7 @@ def test_dims_named_by_an_expression_become_plain_symbols():
     assert set(loaded.dims) == {"batch", "past_sequence_length_sequence_length"}
     a, b = np.ones((2, 5), np.float32), np.arange(10, dtype=np.float32).reshape(2, 5)
     np.testing.assert_array_equal(hetc.compile(model).run({"a": a, "b": b})["y"], a + b)
+    # --dim takes the name as the model writes it, or the plain one
+    for name in (total, "past_sequence_length_sequence_length"):
+        ranged = load_model(model, dims={name: (1, 7)})
+        assert ranged.dims["past_sequence_length_sequence_length"] == (1, 7)

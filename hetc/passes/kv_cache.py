@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import tvm
 from tvm import relax, tirx
 from tvm.script.ir_builder import IRBuilder
@@ -169,10 +170,9 @@ def _scores_kernel(kv_shape, heads: int, dtype: str) -> tirx.PrimFunc:
                 with T.serial(0, n_k // SCORE_TILE) as tile:
                     with T.vectorized(0, SCORE_TILE) as lane:
                         T.buffer_store(acc, zero, [lane])
-                    with T.serial(0, width) as e:
-                        with T.vectorized(0, SCORE_TILE) as lane:
-                            T.buffer_store(acc, acc[lane] + x[b, h, q, e] * keys[b, src, e, tile * SCORE_TILE + lane],
-                                           [lane])
+                    with T.serial(0, width) as e, T.vectorized(0, SCORE_TILE) as lane:
+                        T.buffer_store(acc, acc[lane] + x[b, h, q, e] * keys[b, src, e, tile * SCORE_TILE + lane],
+                                       [lane])
                     with T.vectorized(0, SCORE_TILE) as lane:
                         T.buffer_store(out, acc[lane], [b, h, q, tile * SCORE_TILE + lane])
                 with T.serial(0, n_k - full) as k:
@@ -364,8 +364,8 @@ class _InPlace(relax.PyExprMutator):
         elif _resolve(self.bindings, var) in self.views:
             return  # an identity concat of a past input: only its present concat reads it
         elif (found := self._attention(value)) is not None and found[1][1].transposed:
-            x, (buffer, slot, total), _, group = found
-            x = self.visit_expr(x)
+            x, (buffer, slot, total), _, group, scale = found
+            x = self._scaled(self.visit_expr(x), scale)
             key = ("scores", tuple(int(d) for d in buffer.ty.shape.values[1:]), int(x.ty.shape.values[1]), slot.dtype)
             if key not in self.kernels:
                 self.kernels[key] = self.builder_.add_func(_scores_kernel(*key[1:]), "kv_scores")
@@ -373,31 +373,59 @@ class _InPlace(relax.PyExprMutator):
             self.set_var_remap(var, self.builder_.emit(relax.call_tir(
                 self.kernels[key], [x, buffer], relax.TensorType(shape, slot.dtype)), var.name))
         elif found is not None:
-            x, (buffer, slot, total), transposed, group = found
+            x, (buffer, slot, total), transposed, group, scale = found
             self.set_var_remap(var, self.builder_.emit(self.builder_.call_te(
-                _attention_matmul, self.visit_expr(x), buffer, total, transposed, group, slot.transposed,
+                _attention_matmul, self._scaled(self.visit_expr(x), scale), buffer, total, transposed, group, slot.transposed,
                 primfunc_name_hint="kv_scores" if transposed else "kv_mix"), var.name))
         else:
             super().visit_var_binding_(binding)
 
+    def _scaled(self, x: relax.Expr, scale) -> relax.Expr:
+        """``x`` times the keys' scalar ``scale`` (None: ``x``): ``x @ (k * c) == (x * c) @ k``."""
+        return x if scale is None else self.builder_.emit(relax.op.multiply(x, scale))
+
     def _attention(self, value):
-        """For ``matmul(x, present)``, ``matmul(x, permute_dims(present))`` (the last two axes
-        swapped), either through GQA's head repeat (``_repeat``): (x, the present's written buffer,
-        transposed, group); else None. Only 4-d caches with the sequence on axis 2."""
+        """For ``matmul(x, present)`` or ``matmul(x, permute_dims(present))`` (the last two axes
+        swapped), either through GQA's head repeat (``_repeat``) and either with the keys scaled
+        by a scalar constant (SDPA's decomposition scales both sides by the root of the scale):
+        (x, the present's written buffer, transposed, group, scale or None); else None. Only 4-d
+        caches with the sequence on axis 2."""
         if not (isinstance(value, relax.Call) and value.op == _op("relax.matmul")):
             return None
         x, other = value.args
-        transposed = False
-        bound = self.bindings.get(other)
-        if isinstance(bound, relax.Call) and bound.op == _op("relax.permute_dims") and bound.attrs.axes is not None \
-                and [int(a) for a in bound.attrs.axes] == [0, 1, 3, 2]:
-            transposed, other = True, bound.args[0]
+        transposed, scale = False, None
+        for _ in range(2):  # permute_dims and a scalar multiply, in either order
+            bound = self.bindings.get(other)
+            if not isinstance(bound, relax.Call):
+                break
+            if not transposed and bound.op == _op("relax.permute_dims") and bound.attrs.axes is not None \
+                    and [int(a) for a in bound.attrs.axes] == [0, 1, 3, 2]:
+                transposed, other = True, bound.args[0]
+            elif scale is None and bound.op == _op("relax.multiply") and _scalar(bound.args[1]) is not None:
+                scale, other = bound.args[1], bound.args[0]
+            else:
+                break
         other, group = _repeat(self.bindings, other)
         found = self.written.get(other)
         if found is None or len(x.ty.shape.values) != 4 or str(x.ty.dtype) != str(other.ty.dtype) or not (
                 found[1].axis == 2 or found[1].transposed) or (found[1].transposed and not transposed):
             return None
-        return x, found, transposed, group
+        heads, kv = x.ty.shape.values[1], other.ty.shape.values[1]
+        if not (isinstance(heads, tirx.IntImm) and isinstance(kv, tirx.IntImm)):
+            return None
+        if group == 1 and int(kv) == 1 and int(heads) > 1:
+            group = int(heads)  # multi-query attention: matmul broadcasts the one key/value head
+        if int(kv) * group != int(heads):
+            return None
+        return x, found, transposed, group, scale
+
+
+def _scalar(expr) -> float | None:
+    """The value of a one-element float constant, else None."""
+    if isinstance(expr, tvm.ir.Constant) and int(np.prod(expr.value.shape)) == 1 and \
+            str(expr.value.dtype).startswith("float"):
+        return float(expr.value.numpy().reshape(-1)[0])
+    return None
 
 
 def _op(name: str):

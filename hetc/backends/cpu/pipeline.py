@@ -79,6 +79,15 @@ FAST_MATH = {"relax.erf": _fast(topi.fast_erf), "relax.exp": _fast(topi.fast_exp
              "relax.nn.gelu": _fast(_fast_gelu), "relax.nn.gelu_tanh": _fast(_fast_gelu_tanh)}
 
 
+def weight_passes(options: CompileOptions) -> list[Stage]:
+    """``--weights int8``: constant matmul weights as int8 with per-channel scales (``passes/weight_int8.py``)."""
+    if options.weights != "int8":
+        return []
+    from ...passes.weight_int8 import weight_int8_pass
+
+    return [Stage("weight_int8", "constant matmul weights stored as int8, dequantized in the matmul", weight_int8_pass)]
+
+
 def transpose_matmul_passes() -> list[Stage]:
     """``x @ permute_dims(k)`` (swapping the last two axes) as one kernel that reads ``k`` in
     place: attention's ``Q @ K^T`` against a KV cache, which would otherwise be transposed,
@@ -141,6 +150,7 @@ def pre_schedule_stages(options: CompileOptions, offloads: Sequence = ()) -> lis
         + simplify_passes(keep_grouped=grouped_conv.takes_whole, conv3d=layout != "NHWC")  # NDHWC: layout_passes
         + layout_passes(layout)
         + precision_passes()
+        + weight_passes(options)
         + winograd_passes(options)
         + transpose_matmul_passes()
         + legalize_passes({**FAST_MATH, "relax.nn.conv2d": grouped_conv.legalization(simd_lanes(llvm_target(options)))})

@@ -251,13 +251,15 @@ def _bind_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], la
                 dim.dim_param = re.sub(r"\W", "_", f"{name}_{i}")
 
 
-def _plain_dim_names(model: onnx.ModelProto) -> None:
-    """Rename dims named by an expression to plain names, everywhere in the graph (in place).
+def _plain_dim_names(model: onnx.ModelProto) -> dict[str, str]:
+    """Rename dims named by an expression to plain names, everywhere in the graph (in place);
+    returns {old name: new name}.
 
     ONNX dim names are opaque strings: optimum names a decoder's mask dim
     ``past_sequence_length + sequence_length``. onnxruntime only compares names, so hetc does
     the same: the name becomes ``past_sequence_length_sequence_length`` (a fresh one where that
-    is taken), one symbol like any other, with the same name wherever it occurs.
+    is taken), one symbol like any other, with the same name wherever it occurs. ``--dim`` takes
+    either name.
     """
     graph = model.graph
     values = [*graph.input, *graph.output, *graph.value_info]
@@ -278,6 +280,7 @@ def _plain_dim_names(model: onnx.ModelProto) -> None:
             renamed[old] = new
             taken.add(new)
         dim.dim_param = renamed[old]
+    return renamed
 
 
 def _symbolic_dims(model: onnx.ModelProto, ranges: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, int]]:
@@ -458,9 +461,9 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as err:
         raise ModelLoadError(f"{label}: invalid ONNX model: {first_line(err)}") from err
-    _plain_dim_names(model)
+    renamed = _plain_dim_names(model)
     _bind_shapes(model, input_shapes or {}, label)
-    ranges = _symbolic_dims(model, dims or {})
+    ranges = _symbolic_dims(model, {renamed.get(k, k): v for k, v in (dims or {}).items()})
     _fix_single_value_dims(model, ranges)
     model = _infer_shapes(model, label)
     fold_shape_computations(model, model_opset(model))

@@ -1,0 +1,82 @@
+"""Weight-only int8 (``weights="int8"``, hetc/passes/weight_int8.py): the kernels compute exactly
+``x @ (q * scale)`` with the compile-time quantization, on symbolic rows (the one-row branch and
+the tiled rows) and in a decoder with its cache in place; bad options are one-line errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+from onnx_util import make, tensor
+
+import hetc
+from hetc.errors import UsageError
+from hetc.passes.weight_int8 import MIN_ELEMENTS, quantize
+
+
+def test_quantize_is_symmetric_per_output_channel():
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(96, 40)).astype(np.float32)
+    w[:, 3] = 0  # an all-zero column keeps a usable scale
+    w[5, 7] = 40.0  # an outlier sets only its own column's scale
+    q, scale = quantize(w)
+    assert q.dtype == np.int8 and scale.shape == (40,) and np.abs(q).max() <= 127
+    assert (np.abs(q * scale - w) <= scale / 2 + 1e-6).all()
+    assert scale[3] == 1 and not q[:, 3].any()
+    assert np.isclose(scale[7], 40 / 127) and np.abs(q).max(axis=0)[np.arange(40) != 3].min() == 127
+
+
+def _linear(k: int, n: int, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    w, b = rng.normal(size=(k, n)).astype(np.float32), rng.normal(size=n).astype(np.float32)
+    model = make([helper.make_node("MatMul", ["x", "W"], ["y0"]), helper.make_node("Add", ["y0", "B"], ["y"])],
+                 [tensor("x", ["batch", "seq", k])], [tensor("y", ["batch", "seq", n])], {"W": w, "B": b})
+    return model, w, b
+
+
+@pytest.mark.parametrize("seq", [1, 5, 37])
+def test_int8_matmul_equals_the_dequantized_weights(seq):
+    model, w, b = _linear(192, 80)
+    assert w.size >= MIN_ELEMENTS
+    compiled = hetc.compile(model, dims={"batch": (1, 4), "seq": (1, 64)}, weights="int8")
+    assert any("matmul_w8" in k for k in compiled.report["kernels"])
+    x = np.random.default_rng(seq).normal(size=(2, seq, 192)).astype(np.float32)
+    y = compiled.run({"x": x})["y"]
+    q, scale = quantize(w)
+    expected = (x.astype(np.float64) @ q.astype(np.float64)) * scale + b
+    np.testing.assert_allclose(y, expected, rtol=2e-5, atol=2e-5 * np.abs(expected).max())
+    exact = x @ w + b  # and it is int8: not the float32 weights' result
+    assert np.abs(y - exact).max() > 1e-3 * np.abs(exact).max()
+    assert np.abs(y - exact).max() < 0.05 * np.abs(exact).max()
+
+
+def test_small_weights_stay_float32():
+    model, w, b = _linear(32, 16)  # 512 elements < MIN_ELEMENTS
+    compiled = hetc.compile(model, dims={"batch": (1, 2), "seq": (1, 8)}, weights="int8")
+    assert not any("matmul_w8" in k for k in compiled.report["kernels"])
+    x = np.ones((1, 3, 32), np.float32)
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], x @ w + b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.torch
+def test_an_int8_decoder_decodes_with_its_cache_in_place(tmp_path):
+    pytest.importorskip("torch", reason="torch exports the model")
+    import hf_models
+
+    path = hf_models.export_llama(tmp_path / "llama.onnx", "llama-tiny")
+    dims = {"batch": (1, 2), "seq": (1, 32), "past_seq": (0, 64), "total_seq": (1, 64)}
+    fp32 = hetc.compile(path, dims=dims, kv_cache=64)
+    int8 = hetc.compile(path, dims=dims, kv_cache=64, weights="int8")
+    assert sum("matmul_w8" in k for k in int8.report["kernels"]) >= 4  # q/k/v/o, MLP, LM head
+    prompt = np.random.default_rng(0).integers(0, 1000, (2, 6))
+    a, b = hetc.session(fp32, 2).prefill(prompt), hetc.session(int8, 2).prefill(prompt)
+    assert np.abs(a - b).max() < 0.1 * np.abs(a).max()
+    assert hetc.generate(int8, prompt, 8).shape == (2, 14)
+
+
+def test_bad_weight_options_are_one_line_errors():
+    model, _, _ = _linear(64, 64)
+    with pytest.raises(UsageError, match="invalid --weights 'int4'; choose int8"):
+        hetc.compile(model, weights="int4")
+    with pytest.raises(UsageError, match="--weights int8 is for the CPU target"):
+        hetc.compile(model, target="cuda", weights="int8")
