@@ -161,7 +161,9 @@ def generate(model, input_ids: np.ndarray, max_new_tokens: int, *, attention_mas
     ``model``: a ``hetc.CompiledModel``, an ``onnxruntime.InferenceSession`` or a Runner (see the
     module doc). ``attention_mask [batch, seq]`` marks the prompt's real tokens (default: all);
     new tokens are attended. ``step_seconds``, if a list, gets each step's wall time (the first
-    is the prompt)."""
+    is the prompt). On a model compiled with ``kv_cache`` the loop is a ``hetc.session``: the
+    cache stays in place, each row decodes at its own length as it would alone (the mask's real
+    tokens are its prompt), and rows that produced ``eos_token_id`` leave the batch."""
     ids = np.asarray(input_ids)
     if ids.ndim != 2 or ids.dtype.kind not in "iu" or ids.shape[0] < 1 or ids.shape[1] < 1:
         raise InputError(f"input_ids must be a non-empty [batch, seq] integer array, got shape "

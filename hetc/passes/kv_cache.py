@@ -12,13 +12,16 @@ attention only up to the valid length:
          past: R.Shape([past_seq])) -> logits                        # the valid prefix read
 
 ``present.X = Concat(past, new)`` becomes ``kv_write`` (a hand-written kernel, called in place:
-``new`` stored at ``cache_pos[b] + t`` of row b) and ``kv_prefix`` (positions ``[0, past_seq +
-seq)`` of the written buffer, the tensor attention consumed before). The prefix is an injective
-kernel, so fusion folds it into its consumers (the transposed-K matmul reads the buffer where it
-is); nothing copies the past. Rows may write at different positions (``cache_pos``): rows of
-different lengths decode together, each attending its own prefix through ``attention_mask``
-(``hetc.session``). A past input used other than by its concat is read through a
-``kv_prefix`` of ``past_seq`` positions.
+``new`` stored at ``cache_pos[b] + t`` of row b). Attention's matmuls on the present (``Q @ K^T``
+through ``permute_dims``, a constant scale, GQA's head repeat or the matmul's broadcast of one
+key/value head; ``P @ V``) become kernels reading the written buffer up to the valid length
+``past_seq + seq``: ``kv_scores`` / ``kv_mix``. A key cache only ``Q @ K^T`` reads is then
+stored transposed (``[b, kv, d, max_len]``, found by a first rewrite: ``_scores_only``), and
+scored by a hand-written kernel that streams buffer rows (``_scores_kernel``). Any other reader
+of a present gets ``kv_prefix``, a copy of the valid prefix (correct, not free); a past input
+read other than by its concat gets a ``kv_prefix`` of ``past_seq`` positions. Rows may write at
+different positions (``cache_pos``): rows of different lengths decode together, each attending
+its own prefix through ``attention_mask`` (``hetc.session``).
 
 A present whose value is not such a concat, a cache whose sequence axis is not the one the
 past's symbolic length is on, or names that do not pair, raise ``UsageError`` naming them.
