@@ -375,9 +375,9 @@ def _compile(model: ModelSource, tgt: Target, targets: list[Target], options: Co
     loaded, mod, graph, times = imported or _import(model, targets, options, base_dir, constant_inputs)
     if solver is None:
         _check_supported(graph, tgt)
-    kv_layout = _inplace_cache(mod, loaded, options) if options.kv_cache else None
-    if kv_layout is not None:
-        mod, kv_layout = kv_layout
+    kv_layout = None
+    if options.kv_cache:  # the decoder's cache in place (hetc/passes/kv_cache.py)
+        mod, kv_layout = _inplace_cache(mod, loaded, options)
     # External targets cut their regions out inside the host's pipeline (Backend.offload).
     offloads = _start_offloads(options, graph, loaded, targets, allowed)
     if offloads:
