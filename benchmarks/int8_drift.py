@@ -34,6 +34,9 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import decode
 
 import hetc
 from hetc.benchmark import cpu_features
@@ -52,14 +55,9 @@ def build(name: str, work: Path, steps: int, tokens: int) -> tuple[Path, np.ndar
         start = text.rindex(b"\ndef ") + 1
         window = np.array(list(text[start:start + 32 + tokens]), np.int64)
         return path, window[None, :32], window[32:], 512
-    if name in hf_models.LLAMA_CONFIGS:
-        hf_models.export_llama(path, name)
-        cfg = hf_models.LLAMA_CONFIGS[name]
-        return path, np.random.default_rng(0).integers(0, cfg["vocab_size"], (1, 16)), None, cfg["max_position_embeddings"]
-    hf_models.export_gpt2(path, name, position_ids=True)
-    cfg = hf_models.GPT2_CONFIGS[name]
-    prompt = np.random.default_rng(0).integers(0, cfg.get("vocab_size", 50257), (1, 16))
-    return path, prompt, None, cfg.get("n_positions", 1024)
+    vocab, positions = decode.positions_of(name)  # a GPT2_CONFIGS or LLAMA_CONFIGS name, exported as decode.py does
+    decode.export(name, path)
+    return path, np.random.default_rng(0).integers(0, vocab, (1, 16)), None, positions
 
 
 def drift(fp32, int8, prompt: np.ndarray, tokens: int, text: np.ndarray | None = None) -> dict:

@@ -48,7 +48,7 @@ class Session:
         if unknown or "input_ids" not in layout.step_inputs:
             raise UsageError(f"a session fills the inputs {', '.join(KNOWN_INPUTS)}; this decoder takes "
                              f"{', '.join(layout.step_inputs)}")
-        self.layout, self.model = layout, model
+        self.layout = layout
         self.specs = {s.name: s.to_json() for s in model.manifest.inputs}
         self.dims = model.manifest.dims
         batch_dim = layout.slots[0].shape[0]

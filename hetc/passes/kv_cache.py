@@ -38,6 +38,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from ..errors import UsageError
+from ..tir_builder import finished, param
 
 POS_INPUT, PAST_INPUT = "cache_pos", "past"
 
@@ -103,9 +104,9 @@ def _write_kernel(shape, axis: int, dtype: str, transposed: bool = False) -> tir
         # opaque (op_pattern 8): fusion leaves the in-place write on its own
         T.func_attr({"tir.noalias": True, "tir.is_scheduled": True, "hetc.schedule_rule": "kv_write",
                      "op_pattern": 8})
-        cache = _param("cache", (n_b, *dims), dtype)
-        new = _param("new", (n_b, *outer, n_t, *inner), dtype)
-        pos = _param("pos", (n_b,), "int64")
+        cache = param("cache", (n_b, *dims), dtype)
+        new = param("new", (n_b, *outer, n_t, *inner), dtype)
+        pos = param("pos", (n_b,), "int64")
         rows = 1
         for d in outer:
             rows *= d
@@ -125,8 +126,7 @@ def _write_kernel(shape, axis: int, dtype: str, transposed: bool = False) -> tir
                         tail.insert(0, rest % d)
                         rest = rest // d
                     T.buffer_store(cache, new[(b, *lead, t, *tail)], [b, *lead, pos[b] + t, *tail])
-    func = ib.get()
-    return func.without_attr("global_symbol") if func.attrs and "global_symbol" in func.attrs else func
+    return finished(ib)
 
 
 def _write_transposed(shape, dtype: str, n_b, n_t) -> tirx.PrimFunc:
@@ -134,15 +134,14 @@ def _write_transposed(shape, dtype: str, n_b, n_t) -> tirx.PrimFunc:
     with IRBuilder() as ib, T.prim_func():
         T.func_attr({"tir.noalias": True, "tir.is_scheduled": True, "hetc.schedule_rule": "kv_write",
                      "op_pattern": 8})
-        cache = _param("cache", (n_b, heads, width, length), dtype)
-        new = _param("new", (n_b, heads, n_t, width), dtype)
-        pos = _param("pos", (n_b,), "int64")
+        cache = param("cache", (n_b, heads, width, length), dtype)
+        new = param("new", (n_b, heads, n_t, width), dtype)
+        pos = param("pos", (n_b,), "int64")
         with T.parallel(0, n_b * heads) as r:
             b, h = r // heads, r % heads
             with T.serial(0, n_t) as t, T.serial(0, width) as e:
                 T.buffer_store(cache, new[b, h, t, e], [b, h, e, pos[b] + t])
-    func = ib.get()
-    return func.without_attr("global_symbol") if func.attrs and "global_symbol" in func.attrs else func
+    return finished(ib)
 
 
 SCORE_TILE = 64  # scores per vector tile: 4 AVX-512 / 8 AVX2 registers of float32 accumulators
@@ -161,9 +160,9 @@ def _scores_kernel(kv_shape, heads: int, dtype: str) -> tirx.PrimFunc:
     with IRBuilder() as ib, T.prim_func():
         T.func_attr({"tir.noalias": True, "tir.is_scheduled": True, "hetc.schedule_rule": "kv_scores",
                      "op_pattern": 8})
-        x = _param("x", (n_b, heads, n_s, width), dtype)
-        keys = _param("keys", (n_b, kv, width, length), dtype)
-        out = _param("out", (n_b, heads, n_s, n_k), dtype)
+        x = param("x", (n_b, heads, n_s, width), dtype)
+        keys = param("keys", (n_b, kv, width, length), dtype)
+        out = param("out", (n_b, heads, n_s, n_k), dtype)
         full = n_k // SCORE_TILE * SCORE_TILE
         with T.parallel(0, n_b * heads) as r:
             b, h = r // heads, r % heads
@@ -183,12 +182,7 @@ def _scores_kernel(kv_shape, heads: int, dtype: str) -> tirx.PrimFunc:
                     with T.serial(0, width) as e:
                         T.buffer_store(acc, acc[0] + x[b, h, q, e] * keys[b, src, e, full + k], [0])
                     T.buffer_store(out, acc[0], [b, h, q, full + k])
-    func = ib.get()
-    return func.without_attr("global_symbol") if func.attrs and "global_symbol" in func.attrs else func
-
-
-def _param(name: str, shape, dtype: str):
-    return T.match_buffer(T.arg(name, T.handle()), shape, dtype, layout=None)
+    return finished(ib)
 
 
 def _prefix(bb: relax.BlockBuilder, buffer: relax.Expr, axis: int, length, transposed: bool = False) -> relax.Expr:
@@ -211,7 +205,7 @@ def _resolve(bindings: dict, expr: relax.Expr) -> relax.Expr:
     """``expr`` through one-input concats (identity copies torch's exporter writes)."""
     while isinstance(expr, relax.Var) and expr in bindings:
         value = bindings[expr]
-        if (isinstance(value, relax.Call) and value.op == tvm.ir.Op.get("relax.concat")
+        if (isinstance(value, relax.Call) and value.op == _op("relax.concat")
                 and isinstance(value.args[0], relax.Tuple) and len(value.args[0].fields) == 1):
             expr = value.args[0].fields[0]
         else:
@@ -227,7 +221,7 @@ def inplace_cache(mod: tvm.IRModule, pairs: list[tuple[str, str]], step_inputs: 
     func = mod["main"]
     params = {p.name: p for p in func.params}
 
-    def param(name: str) -> relax.Var:  # the importer's parameter names: dots as underscores
+    def input_var(name: str) -> relax.Var:  # the importer's parameter names: dots as underscores
         return params[name] if name in params else params[name.replace(".", "_")]
 
     bindings = {b.var: b.value for block in func.body.blocks for b in block.bindings}
@@ -236,10 +230,10 @@ def inplace_cache(mod: tvm.IRModule, pairs: list[tuple[str, str]], step_inputs: 
         raise UsageError("cannot keep the cache in place: the decoder's outputs are not one tuple of logits "
                          "and presents")
     by_output = dict(zip(outputs, fields.fields))
-    concat = tvm.ir.Op.get("relax.concat")
+    concat = _op("relax.concat")
     slots, concats, past_dim = [], [], None
     for past, present in pairs:
-        old = param(past)
+        old = input_var(past)
         value = bindings.get(by_output[present])
         if not (isinstance(value, relax.Call) and value.op == concat and isinstance(value.args[0], relax.Tuple)
                 and len(value.args[0].fields) == 2 and _resolve(bindings, value.args[0].fields[0]).same_as(old)):
@@ -258,9 +252,9 @@ def inplace_cache(mod: tvm.IRModule, pairs: list[tuple[str, str]], step_inputs: 
         slots.append(CacheSlot(past, present, tuple(max_len if i == axis else str(d.name) if isinstance(d, tirx.Var)
                                                     else int(d) for i, d in enumerate(shape)), axis, str(old.ty.dtype)))
         concats.append((by_output[present], value.args[0].fields[1]))
-    step_params = [param(n) for n in step_inputs]
+    step_params = [input_var(n) for n in step_inputs]
     new_dim = _new_dim(concats[0][0], slots[0], past_dim, step_params)
-    args = (mod, func, slots, concats, [param(s.past) for s in slots], step_params, bindings, past_dim)
+    args = (mod, func, slots, concats, [input_var(s.past) for s in slots], step_params, bindings, past_dim)
     out = _rewrite(*args)
     keys = _scores_only(out, len(slots))  # caches only Q @ K^T reads: kept transposed
     if keys:
@@ -376,9 +370,9 @@ class _InPlace(relax.PyExprMutator):
             self.set_var_remap(var, self.builder_.emit(relax.call_tir(
                 self.kernels[key], [x, buffer], relax.TensorType(shape, slot.dtype)), var.name))
         elif found is not None:
-            x, (buffer, slot, total), transposed, group, scale = found
+            x, (buffer, _, total), transposed, group, scale = found  # a buffer in the exported layout
             self.set_var_remap(var, self.builder_.emit(self.builder_.call_te(
-                _attention_matmul, self._scaled(self.visit_expr(x), scale), buffer, total, transposed, group, slot.transposed,
+                _attention_matmul, self._scaled(self.visit_expr(x), scale), buffer, total, transposed, group,
                 primfunc_name_hint="kv_scores" if transposed else "kv_mix"), var.name))
         else:
             super().visit_var_binding_(binding)
@@ -461,11 +455,11 @@ def _repeat(bindings: dict, expr: relax.Expr) -> tuple[relax.Expr, int]:
     return src, group
 
 
-def _attention_matmul(x, buffer, total, transposed: bool, group: int, stored_transposed: bool = False):
+def _attention_matmul(x, buffer, total, transposed: bool, group: int):
     """Attention's matmul against the valid ``total`` positions of a cache ``buffer [b, kv, max_len,
     d]`` read in place: scores ``x [b, h, s, d] @ buffer^T -> [b, h, s, total]`` (``transposed``) or
     the mix ``x [b, h, s, total] @ buffer -> [b, h, s, d]``; head j reads head ``j // group``.
-    ``stored_transposed``: the buffer is ``[b, kv, d, max_len]`` (scores only)."""
+    (A buffer stored transposed is scored by ``_scores_kernel`` instead.)"""
     from tvm import te
 
     b, h, s = x.shape[0], x.shape[1], x.shape[2]
@@ -475,12 +469,8 @@ def _attention_matmul(x, buffer, total, transposed: bool, group: int, stored_tra
 
     if transposed:
         d = te.reduce_axis((0, x.shape[3]), "d")
-
-        def key(i, j, k):
-            return buffer[i, head(j), d, k] if stored_transposed else buffer[i, head(j), k, d]
-
-        return te.compute((b, h, s, total), lambda i, j, q, k: te.sum(x[i, j, q, d] * key(i, j, k), axis=d),
-                          name="kv_scores")
+        return te.compute((b, h, s, total),
+                          lambda i, j, q, k: te.sum(x[i, j, q, d] * buffer[i, head(j), k, d], axis=d), name="kv_scores")
     k = te.reduce_axis((0, total), "k")
     return te.compute((b, h, s, buffer.shape[3]),
                       lambda i, j, q, e: te.sum(x[i, j, q, k] * buffer[i, head(j), k, e], axis=k), name="kv_mix")

@@ -31,6 +31,8 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from ...tir_builder import finished, param
+
 GATES = {"lstm": 4, "gru": 3, "rnn": 1}
 # activation name (lower case) -> (uses alpha, uses beta, default alpha, default beta), as onnxruntime
 ACTIVATIONS = {
@@ -153,17 +155,17 @@ def build(rec: Recurrence) -> tirx.PrimFunc:
     state_shape = (D, n_b, H) if rec.layout == 0 else (n_b, D, H)
     with IRBuilder() as ib, T.prim_func():
         T.func_attr({"tir.noalias": True, "tir.is_scheduled": True, "hetc.schedule_rule": "rnn"})
-        xw = _param("xw", tuple(seq_major(n_t, n_b)) + (D * GH,), dt)
-        rt = _param("rt", (D, GH // tile(H), H, tile(H)), dt)
-        rbh = _param("rbh", (D, H), dt) if rec.cell == "gru" and rec.linear_before_reset else None
-        p = _param("p", (D, 3 * H), dt) if rec.peephole else None
-        h0 = _param("h0", state_shape, dt) if rec.initial_h else None
-        c0 = _param("c0", state_shape, dt) if rec.initial_c else None
-        lens = _param("lens", (n_b,), "int32") if rec.lens else None
+        xw = param("xw", tuple(seq_major(n_t, n_b)) + (D * GH,), dt)
+        rt = param("rt", (D, GH // tile(H), H, tile(H)), dt)
+        rbh = param("rbh", (D, H), dt) if rec.cell == "gru" and rec.linear_before_reset else None
+        p = param("p", (D, 3 * H), dt) if rec.peephole else None
+        h0 = param("h0", state_shape, dt) if rec.initial_h else None
+        c0 = param("c0", state_shape, dt) if rec.initial_c else None
+        lens = param("lens", (n_b,), "int32") if rec.lens else None
         y_shape = (n_t, D, n_b, H) if rec.layout == 0 else (n_b, n_t, D, H)
-        y = _param("y", y_shape, dt)
-        yh = _param("yh", state_shape, dt)
-        yc = _param("yc", state_shape, dt) if rec.cell == "lstm" else None
+        y = param("y", y_shape, dt)
+        yh = param("yh", state_shape, dt)
+        yc = param("yc", state_shape, dt) if rec.cell == "lstm" else None
 
         def state(buf, d, b, j):
             return buf[d, b, j] if rec.layout == 0 else buf[b, d, j]
@@ -193,8 +195,7 @@ def build(rec: Recurrence) -> tirx.PrimFunc:
                     with T.Then() if D > 1 else _nothing():
                         _direction(rec, d, b, n_t, length, xw, rt, rbh, p, h0, c0, h, c, g, acc, rh,
                                    seq_major, state, store_state, store_y, yh, yc)
-    func = ib.get()  # the name is the GlobalVar's (BlockBuilder.add_func), not a global symbol
-    return func.without_attr("global_symbol") if func.attrs and "global_symbol" in func.attrs else func
+    return finished(ib)
 
 
 def pack_r(r, hidden: int):
@@ -204,12 +205,6 @@ def pack_r(r, hidden: int):
     d, gh, h = (int(v) for v in r.ty.shape.values)
     jt = tile(hidden)
     return relax.op.permute_dims(relax.op.reshape(r, (d, gh // jt, jt, h)), [0, 1, 3, 2])
-
-
-def _param(name: str, shape, dtype: str):
-    # layout=None as TE's buffers: the default layout would capture the shape's vars, which
-    # passes that copy the function (fresh vars) leave stale
-    return T.match_buffer(T.arg(name, T.handle()), shape, dtype, layout=None)
 
 
 class _nothing:
