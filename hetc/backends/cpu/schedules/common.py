@@ -92,14 +92,18 @@ def uses(expr, var: tirx.Var) -> bool:
     return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
 
 
-def pack_panels(sch: Schedule, block, packs: list[tuple[int, int]], width: int) -> None:
+def pack_panels(sch: Schedule, block, packs: list[tuple[int, int]], width: int) -> list[tirx.Buffer]:
     """Re-lay out constant operands ``[.., j, ..] -> [j // width, .., j % width]`` (one contiguous
     panel per tile column); ``packs`` holds (read index, position of j). The transform is a block
-    annotated ``PREPROC``, which ``split_weight_packing_pass`` and FoldConstant run at compile time."""
+    annotated ``PREPROC``, which ``split_weight_packing_pass`` and FoldConstant run at compile time.
+    Returns the packed buffers, in the order of ``packs``."""
+    preprocs = []
     for idx, pos in packs:
         preproc = sch.cache_read(block, idx, "global")
         sch.annotate(preproc, PREPROC, True)
         sch.transform_layout(block, ("read", idx), _panel_map(pos, width))
+        preprocs.append(preproc)
+    return [sch.get(preproc).writes[0].source for preproc in preprocs]
 
 
 def _panel_map(pos: int, width: int):

@@ -1,30 +1,35 @@
-"""Two schedules of one kernel in one function, chosen at run time by a condition on its dims.
+"""Schedules of one kernel in one function, chosen at run time by conditions on its dims.
 
 A contraction over symbolic rows (``batch * seq``) is scheduled for many rows: a register
-tile of several rows, the rows padded to whole tiles. At one row (a decoding step) that is
-several times the multiply-adds, plus a pad and an unpad pass, around a weight that is
-streamed from memory either way. ``with_dispatch(general, special, cond)`` builds
+tile of several rows along ``seq``, the rows padded to whole tiles. At one row (a decoding
+step) that is several times the multiply-adds, plus a pad and an unpad pass, around a weight
+that is streamed from memory either way; at one row per sequence of a batch, a padded tile
+per sequence. ``with_dispatches(general, [(special, cond), ...])`` builds
 
     root:
         weight packing (the general schedule's; run at compile time)
-        if cond: the special schedule's loops (reading the same packed weight)
-        else:    the general schedule's loops
+        if cond1: the first special schedule's loops (reading the same packed weight)
+        elif ...: the next one's
+        else:     the general schedule's loops
 
-so that both paths share one packed copy of each weight. The two schedules must pack their
-weights alike (the same panel width): the special schedule's packing blocks are dropped and
-its reads go to the general schedule's packed buffers, matched in order. (Kernels without
-packed weights, such as attention's ``scores @ V``, just get the two branches.)
+so that every path shares one packed copy of each weight. The schedules must pack their
+weights alike (the same panel width): the special schedules' packing blocks are dropped and
+their reads go to the general schedule's packed buffers, matched in order. (Kernels without
+packed weights, such as attention's ``scores @ V``, just get the branches.)
 
-TVM 0.27's Python API has no TIR substitution (no ``stmt_functor``), so the special branch's
+TVM 0.27's Python API has no TIR substitution (no ``stmt_functor``), so the special branches'
 packed buffers are renamed in the printed function, which is then parsed back: the printer
 gives every distinct buffer a distinct name, so the rename touches exactly those buffers.
-Returns None when anything does not match; the caller then keeps the general schedule.
+A parsed-back function has symbols (``batch``, ``seq``) of its own, so all branches are
+combined in one go. Returns None when anything does not match; the caller then keeps the
+general schedule.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 
 import tvm
 from tvm import tirx
@@ -37,11 +42,14 @@ log = logging.getLogger(__name__)
 _WRITES = re.compile(r"T\.writes\((\w+)\[")
 
 
-def with_dispatch(general: tirx.PrimFunc, special: tirx.PrimFunc, cond) -> tirx.PrimFunc | None:
-    """``general`` and ``special`` (schedules of the same function) under ``if cond``, sharing
-    the general schedule's packed weights; None if they cannot be combined."""
+def with_dispatches(general: tirx.PrimFunc, specials: list[tuple[tirx.PrimFunc, object]],
+                    edit: Callable[[str], str] = str) -> tirx.PrimFunc | None:
+    """``general`` and several special schedules, the first whose condition holds taken
+    (``if c1: s1 elif c2: s2 ... else: general``), all sharing the general schedule's packed
+    weights; None if they cannot be combined. ``edit`` rewrites the printed combination
+    before it is parsed back (one print and parse for both)."""
     try:
-        return _combine(general, special, cond)
+        return _combine(general, specials, edit)
     except Exception as err:  # noqa: BLE001 -- TVM's printer/parser raise several kinds
         log.debug("no run-time dispatch for %s: %s", (general.attrs or {}).get("global_symbol"), err)
         return None
@@ -70,23 +78,30 @@ def _seq(stmts: list):
     return tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
 
 
-def _combine(general: tirx.PrimFunc, special: tirx.PrimFunc, cond) -> tirx.PrimFunc | None:
-    if not isinstance(general.body, SBlockRealize) or not isinstance(special.body, SBlockRealize):
+def _combine(general: tirx.PrimFunc, specials: list[tuple[tirx.PrimFunc, object]],
+             edit: Callable[[str], str]) -> tirx.PrimFunc | None:
+    if not specials or not all(isinstance(f.body, SBlockRealize) for f in [general] + [f for f, _ in specials]):
         return None
     root_g, stmts_g = _top(general.body)
-    root_s, stmts_s = _top(special.body)
     packs_g, rest_g, names_g = _packing(stmts_g)
-    _, rest_s, names_s = _packing(stmts_s)
-    if len(names_g) != len(names_s) or not rest_s or not rest_g:
-        return None
-    packed_s = {b.name: b for b in root_s.alloc_buffers if b.name in names_s}
     packed_g = {b.name: b for b in root_g.alloc_buffers if b.name in names_g}
-    for name_s, name_g in zip(names_s, names_g):  # the same packed layout, or no sharing
-        bs, bg = packed_s.get(name_s), packed_g.get(name_g)
-        if bs is None or bg is None or bs.dtype != bg.dtype or [int(d) for d in bs.shape] != [int(d) for d in bg.shape]:
+    allocs = list(root_g.alloc_buffers)
+    branch = _seq(rest_g)
+    roots = []
+    for special, cond in reversed(specials):
+        root_s, stmts_s = _top(special.body)
+        _, rest_s, names_s = _packing(stmts_s)
+        if len(names_g) != len(names_s) or not rest_s or not rest_g:
             return None
-    allocs = list(root_g.alloc_buffers) + list(root_s.alloc_buffers)
-    branch = tirx.IfThenElse(cond, _seq(rest_s), _seq(rest_g))
+        packed_s = {b.name: b for b in root_s.alloc_buffers if b.name in names_s}
+        for name_s, name_g in zip(names_s, names_g):  # the same packed layout, or no sharing
+            bs, bg = packed_s.get(name_s), packed_g.get(name_g)
+            if bs is None or bg is None or bs.dtype != bg.dtype or [int(d) for d in bs.shape] != [int(d) for d in bg.shape]:
+                return None
+        branch = tirx.IfThenElse(cond, _seq(rest_s), branch)
+        roots.insert(0, (root_s, names_s))
+    for root_s, _ in roots:
+        allocs += list(root_s.alloc_buffers)
     root = SBlock([], [], [], "root", _seq([*packs_g, branch]), alloc_buffers=allocs)
     combined = general.with_body(SBlockRealize([], True, root))
 
@@ -95,14 +110,17 @@ def _combine(general: tirx.PrimFunc, special: tirx.PrimFunc, cond) -> tirx.PrimF
     if len(alloc_lines) != len(allocs):
         return None
     printed = [lines[i].split("=", 1)[0].strip() for i in alloc_lines]
-    offset = len(root_g.alloc_buffers)
-    drop = set()
     general_index = {b.name: k for k, b in enumerate(root_g.alloc_buffers)}
-    for k, buffer in enumerate(root_s.alloc_buffers):
-        if buffer.name in names_s:
-            old = printed[offset + k]
-            new = printed[general_index[names_g[names_s.index(buffer.name)]]]
-            drop.add(alloc_lines[offset + k])
-            lines = [re.sub(rf"\b{re.escape(old)}\b", new, line) for line in lines]
+    drop = set()
+    renames = []
+    offset = len(root_g.alloc_buffers)
+    for root_s, names_s in roots:
+        for k, buffer in enumerate(root_s.alloc_buffers):
+            if buffer.name in names_s:
+                renames.append((printed[offset + k], printed[general_index[names_g[names_s.index(buffer.name)]]]))
+                drop.add(alloc_lines[offset + k])
+        offset += len(root_s.alloc_buffers)
+    for old, new in renames:
+        lines = [re.sub(rf"\b{re.escape(old)}\b", new, line) for line in lines]
     text = "\n".join(line for i, line in enumerate(lines) if i not in drop)
-    return tvm.script.from_source(text)
+    return tvm.script.from_source(edit(text))

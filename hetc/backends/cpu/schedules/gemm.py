@@ -33,6 +33,7 @@ from tvm.s_tir import Schedule, ScheduleError
 from tvm.s_tir.dlight.analysis import SBlockInfo
 from tvm.target import Target
 
+from . import prefetch
 from .common import (
     Rule,
     inline_chain,
@@ -45,7 +46,7 @@ from .common import (
     vector_dtypes,
     vectorize_tail,
 )
-from .dispatch import with_dispatch
+from .dispatch import with_dispatches
 
 log = logging.getLogger(__name__)
 
@@ -167,29 +168,58 @@ def apply(func: tirx.PrimFunc, target: Target, lanes: int, variant: int = 0) -> 
     return scheduled(func, _schedule, lanes, variant)
 
 
-def one_row_dispatch(func: tirx.PrimFunc, general: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
-    """For a contraction whose rows are symbolic: ``general`` (the default schedule) and a
-    one-row schedule of ``func`` (the default tile's columns, one row, no padding) in one
-    function, the one-row loops taken when the row count is 1 (a decoding step), sharing the
-    packed weights (``dispatch.py``). GPT-2's weight matmuls at one row ran 10-20% faster than
-    on the padded multi-row tile (Zen 5, AVX-512), as fast as in a build with one static row. None where it
-    does not apply (static rows, or a one-row default tile)."""
+def finish(func: tirx.PrimFunc, general: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
+    """The default schedule's final function: for symbolic rows, the special schedules beside
+    it, taken at run time (``dispatch.py``): one row (``one_row``), else the leading row axis
+    alone (``leading_rows``); then its weight prefetches (``prefetch.py``). None if nothing
+    applies."""
+    specials = [s for s in (one_row(func, lanes), leading_rows(func, lanes)) if s is not None]
+    combined = with_dispatches(general, specials, prefetch.inject_text) if specials else None
+    if combined is not None:
+        return combined
+    fetched = prefetch.inject(general)
+    return None if fetched is general else fetched
+
+
+def _special(func: tirx.PrimFunc, lanes: int, key: str, what: str):
+    """(``func`` scheduled with ``_schedule``'s option ``key``, the condition on its
+    ``info[what]`` extent being 1), or None where the option declines."""
     info: dict = {}
     try:
-        special = scheduled(func, functools.partial(_schedule, one_row=info), lanes, 0)
+        special = scheduled(func, functools.partial(_schedule, **{key: info}), lanes, 0)
     except (ScheduleError, RuntimeError, ValueError) as err:  # as a rule's apply may (_try)
-        log.debug("no one-row schedule for %s: %s", (func.attrs or {}).get("global_symbol"), err)
+        log.debug("no %s schedule for %s: %s", key, (func.attrs or {}).get("global_symbol"), err)
         return None
-    if special is None:
-        return None
-    return with_dispatch(general, special.mod["main"], info["rows"] == 1)
+    return None if special is None else (special.mod["main"], info[what] == 1)
+
+
+def one_row(func: tirx.PrimFunc, lanes: int):
+    """For a contraction whose rows are symbolic: a one-row schedule of ``func`` (the default
+    tile's columns, one row, no padding) and its condition (the row count is 1: a decoding
+    step). GPT-2's weight matmuls at one row ran 10-20% faster than on the padded multi-row
+    tile (Zen 5, AVX-512), as fast as in a build with one static row. None where it does not
+    apply (static rows, or a one-row default tile)."""
+    return _special(func, lanes, "one_row", "rows")
+
+
+def leading_rows(func: tirx.PrimFunc, lanes: int):
+    """For a contraction over several symbolic row axes (``[batch, seq]``, whose default tile
+    runs along ``seq`` with the batch outside it): a schedule whose tile runs along the batch,
+    and its condition (the other row axes are 1: a decoding step of several sequences). With
+    the tile along ``seq`` such a step ran one tile of 5 padded rows per sequence, each
+    re-reading the weight panel: a Llama step at batch 4 took 2.2-2.8x its batch-1 time
+    (2-core Intel Xeon, LLVM emeraldrapids, AVX-512). None where it does not apply."""
+    return _special(func, lanes, "leading", "rest")
 
 
 def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
-              one_row: dict | None = None) -> bool:
+              one_row: dict | None = None, leading: dict | None = None) -> bool:
     """The rule. With ``one_row`` (a dict), the tile is cut to one row of the default tile's
     columns (same weight packing) and ``one_row["rows"]`` gets the row count (a PrimExpr); it
-    declines unless the rows are symbolic."""
+    declines unless the rows are symbolic. With ``leading`` (a dict), the tile's rows run along
+    the first of several symbolic row axes (the batch of ``[batch, seq]``), the others outside
+    it, and ``leading["rest"]`` gets their extent (a PrimExpr); it declines unless there are
+    several."""
     reductions = [b for b in infos if b.is_reduction()]
     if len(reductions) != 1:
         return False
@@ -238,7 +268,14 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     rows_axes = [it for it in spatial[:-1] if it not in batch]
     shared_batch = len(batch)  # axes a shared operand depends on (a batched matmul's batch)
     row_ids = {id(it) for it in rows_axes}
-    batch, rows_axes = _symbolic_rows(spatial, batch, rows_axes)
+    if leading is not None:
+        symbolic = [it for it in rows_axes if not _static(it)]
+        if len(symbolic) < 2:
+            return False
+        leading["rest"] = math.prod([it.dom for it in symbolic[1:]])
+        batch, rows_axes = [it for it in spatial[:-1] if it is not symbolic[0]], [symbolic[0]]
+    else:
+        batch, rows_axes = _symbolic_rows(spatial, batch, rows_axes)
     if rows_axes and not _static(rows_axes[0]):  # one symbolic row axis (seq): a guarded tail tile
         m, row_extents = SYMBOLIC_EXTENT, [SYMBOLIC_EXTENT]
     else:
@@ -298,7 +335,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
         padded = [b for b in sch.get_producers(main.block_rv) if str(sch.get(b).name_hint) not in before]
         unpad = sch.get_consumers(main.block_rv)
 
-    pack_panels(sch, main.block_rv, packs, tile.vj)  # weights, done once at compile time
+    packed = pack_panels(sch, main.block_rv, packs, tile.vj)  # weights, done once at compile time
 
     # Producers: plain copies/reshapes are inlined. Padding (a conditional) stays a separate
     # pass before a real contraction (its reduction loop must stay branch-free), but is inlined
@@ -336,6 +373,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     tile_loops = [jo]
     ii = None
     panel_major = False
+    weight_bytes = None
     if rows_axes:
         if len(rows_axes) > 1 and all(map(_static, rows_axes)) and rows_axes[-1].dom % tile.rows == 0:
             # The tile within the innermost row axis (ow): split that axis alone and fuse the
@@ -428,6 +466,12 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     sch.decompose_reduction(main.block_rv, r_loops[0])
     if tile.width:
         vectorize_tail(sch, epilogue, tile.width)
+    # A weight streamed from memory by a tile of several rows: prefetched (prefetch.py). Not
+    # where row loops run around the tile inside its panel (they re-read the panel from cache),
+    # unless they are the ones a leading-rows schedule runs at one iteration.
+    if (panel_major and one_row is None and (not outer or leading is not None) and len(r_loops) == 1
+            and len(packs) == 1 and tile.rows > 1 and weight_bytes is not None and weight_bytes >= prefetch.MIN_BYTES):
+        prefetch.mark(sch, tile_loops[0], r_loops[0], packed[0], tile.vj)
     return True
 
 
@@ -493,4 +537,4 @@ def _has_condition(stmt) -> bool:
 
 
 RULE = Rule("contraction", "register-blocked micro-kernel for matmul/conv/pool (packed weights)", apply,
-            variants=8, finish=one_row_dispatch)
+            variants=8, finish=finish)
