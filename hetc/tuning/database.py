@@ -63,8 +63,13 @@ _TARGET_KEYS = ("kind", "mcpu", "mtriple", "mattr", "mabi", "arch")
 
 
 def target_summary(target: tvm.target.Target) -> dict:
-    """The attributes of ``target`` that a database must match (JSON-friendly)."""
+    """The attributes of ``target`` that a database must match (JSON-friendly). LLVM's
+    ``prefer-*`` attributes (the CPU target turns ``prefer-256-bit`` off) steer its own
+    vectorizer, not the instruction set: they are left out, so databases tuned without them
+    still match."""
     exported = json.loads(str(target))
+    if exported.get("mattr"):
+        exported["mattr"] = [a for a in exported["mattr"] if not a.lstrip("+-").startswith("prefer-")]
     return {k: exported[k] for k in _TARGET_KEYS if exported.get(k) not in (None, "", [], ())}
 
 
