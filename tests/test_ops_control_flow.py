@@ -456,7 +456,10 @@ def _optimum_python() -> str | None:
         return named
     if Path("/work/optvenv/bin/python").exists():
         return "/work/optvenv/bin/python"
-    return sys.executable if importlib.util.find_spec("optimum.exporters.onnx") else None
+    try:  # find_spec imports the parents: without optimum at all it raises
+        return sys.executable if importlib.util.find_spec("optimum.exporters.onnx") else None
+    except ModuleNotFoundError:
+        return None
 
 
 @pytest.mark.torch
