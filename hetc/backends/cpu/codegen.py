@@ -29,8 +29,7 @@ def llvm_target(options: CompileOptions) -> tvm.target.Target:
     # does not. Loops hetc leaves to LLVM (the int8-weight matmuls: 8-bit loads) then ran half
     # width there: a Llama 134M decoding step with int8 weights 13.6 -> 12.3 ms at batch 1 and
     # 22.5 -> 17.5 ms at batch 4 with 512-bit ones (2-core Intel Xeon, LLVM emeraldrapids).
-    x86 = tvm.target.codegen.llvm_get_system_triple().startswith(("x86_64", "i386", "i686"))
-    extra = {"mattr": ["-prefer-256-bit"]} if x86 else {}
+    extra = {"mattr": ["-prefer-256-bit"]} if _x86(tvm.target.codegen.llvm_get_system_triple()) else {}
     return tvm.target.Target({
         "kind": "llvm",
         "mcpu": options.cpu or tvm.target.codegen.llvm_get_system_cpu(),
@@ -38,6 +37,10 @@ def llvm_target(options: CompileOptions) -> tvm.target.Target:
         "fast-math-reassoc": True,
         **extra,
     })
+
+
+def _x86(triple: str) -> bool:
+    return triple.startswith(("x86_64", "i386", "i686"))
 
 
 # x86 instruction sets generated code may use: LLVM feature name -> /proc/cpuinfo flag.
@@ -53,7 +56,7 @@ def isa_record(options: CompileOptions) -> dict:
     (``hetc.runtime.standalone.cpu_problem``). Empty off x86."""
     target = llvm_target(options)
     triple = str(target.attrs.get("mtriple", "") or tvm.target.codegen.llvm_get_system_triple())
-    if not triple.startswith(("x86_64", "i386", "i686")):
+    if not _x86(triple):
         return {}
     features = [flag for feature, flag in ISA_FLAGS.items()
                 if tvm.target.codegen.target_has_features(feature, target)]
