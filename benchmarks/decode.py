@@ -23,11 +23,11 @@ attention, past key/values in, presents out, ``position_ids``), then:
    ``ort iobinding`` (the cache bound as OrtValues, the presents left in onnxruntime's memory:
    nothing copied through numpy). Tokens/s is batch / step time;
 4. the bytes a step must read: the weights every step reads (initializers not only gathered
-   from) plus the valid cache, against the machine's memory bandwidth measured in the same run
+   from; for the int8 build, as it stores them) plus the valid cache, against the machine's memory bandwidth measured in the same run
    (a numpy copy of 1 GiB on every core: bytes read + written per second): ``% bw`` is how close
    a step is to the memory-bound limit (a copy writes as much as it reads, so a step that only
    reads can pass 100%);
-5. with ``--profile``: the in-place build's kernels at the largest past (a VM instrument).
+5. with ``--profile``: each in-place build's kernels at the largest past (a VM instrument).
 
 The machine's speed drifts: compare only numbers from one run.
 """
@@ -85,21 +85,34 @@ def _seconds(fn) -> float:
     return time.perf_counter() - start
 
 
-def weight_bytes(path: Path) -> int:
+def weight_bytes(path: Path, int8: bool = False) -> int:
     """Bytes of the initializers a step reads whole: all but those only gathered from (the
-    embedding tables, of which a step reads a few rows)."""
+    embedding tables, of which a step reads a few rows). With ``int8``, as ``--weights int8``
+    stores them: a float32 matrix multiplied from the right by MatMul alone, of at least
+    ``weight_int8.MIN_ELEMENTS`` elements, is one byte per element and a float32 scale per
+    column (``hetc/passes/weight_int8.py``)."""
     import onnx
+
+    from hetc.passes.weight_int8 import MIN_ELEMENTS
 
     model = onnx.load(str(path), load_external_data=False)
     users: dict[str, set] = {}
+    right = set()  # names used as a MatMul's second operand
     for node in model.graph.node:
         for name in node.input:
             users.setdefault(name, set()).add(node.op_type)
+        if node.op_type == "MatMul":
+            right.add(node.input[1])
     total = 0
     for init in model.graph.initializer:
         if users.get(init.name, set()) <= {"Gather"} and init.name in users:
             continue
-        total += int(np.prod(init.dims)) * onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+        elements = int(np.prod(init.dims))
+        if (int8 and init.name in right and users[init.name] == {"MatMul"} and len(init.dims) == 2
+                and init.data_type == onnx.TensorProto.FLOAT and elements >= MIN_ELEMENTS):
+            total += elements + 4 * int(init.dims[1])
+            continue
+        total += elements * onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
     return total
 
 
@@ -193,7 +206,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--weights", choices=["int8"], help="also a build with int8 weights")
     parser.add_argument("--no-exported", action="store_true", help="skip the build with the exported cache signature")
-    parser.add_argument("--profile", action="store_true", help="the in-place build's kernels at the largest past")
+    parser.add_argument("--profile", action="store_true", help="the in-place builds' kernels at the largest past")
     parser.add_argument("--work", type=Path, help="where to write the model (default: a temporary directory)")
     parser.add_argument("--json", type=Path, default=Path("decode.json"))
     args = parser.parse_args()
@@ -228,6 +241,8 @@ def main() -> int:
         bandwidth = copy_bandwidth(threads)
         weights = weight_bytes(path)
         result.update({"copy_bandwidth_gbs": bandwidth / 1e9, "weight_bytes": weights, "max_len": max_len})
+        if args.weights == "int8":
+            result["weight_bytes_int8"] = weight_bytes(path, int8=True)
 
         prompt = np.random.default_rng(0).integers(0, vocab, (1, args.prompt))
         loops = {**builds, "ort": session}
@@ -270,8 +285,10 @@ def main() -> int:
                 cells = {}
                 for name, t in times.items():
                     ms = statistics.median(t)
+                    own = result["weight_bytes_int8"] + cache_bytes if "int8" in name else read
                     cells[name] = {"median_ms": ms, "min_ms": min(t), "tokens_per_s": batch / ms * 1e3,
-                                   "read_gbs": read / ms / 1e6, "bw_share": read / (ms / 1e3) / bandwidth}
+                                   "read_mb": own / 2**20, "read_gbs": own / ms / 1e6,
+                                   "bw_share": own / (ms / 1e3) / bandwidth}
                 rows.append({"batch": batch, "past": past, "cache_mb": cache_bytes / 2**20, "read_mb": read / 2**20,
                              "results": cells})
         result["decode_step"] = rows
@@ -279,7 +296,8 @@ def main() -> int:
         if args.profile:
             past = max(pasts)
             ids = np.random.default_rng(past).integers(0, vocab, (1, past))
-            result["profile"] = {"past": past, **profile_session(builds["hetc"], ids)}
+            result["profile"] = {"past": past, "builds": {name: profile_session(m, ids) for name, m in builds.items()
+                                                          if m.manifest.kv_cache}}
 
     cpu = result["cpu"]
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
@@ -291,7 +309,7 @@ def main() -> int:
         base = row["results"]["ort iobinding"]["median_ms"]
         for i, (key, cell) in enumerate(row["results"].items()):
             table.add_row(str(row["batch"]) if i == 0 else "", str(row["past"]) if i == 0 else "",
-                          f"{row['read_mb']:.0f}" if i == 0 else "", key, f"{cell['median_ms']:.2f}",
+                          f"{cell['read_mb']:.0f}", key, f"{cell['median_ms']:.2f}",
                           f"{cell['tokens_per_s']:.1f}", f"{cell['median_ms'] / base:.2f}", f"{cell['read_gbs']:.1f}",
                           f"{100 * cell['bw_share']:.0f}", end_section=i == len(row["results"]) - 1)
     console.print(table)
@@ -303,10 +321,11 @@ def main() -> int:
                                                             for k, v in gen["rss"].items())
                   + "; compile s: " + ", ".join(f"{k} {v:.1f}" for k, v in result["compile_s"].items()), soft_wrap=True)
     if "profile" in result:
-        prof = result["profile"]
-        console.print(f"hetc kernels at past {prof['past']} ({prof['total_ms']:.1f} ms total):")
-        for kernel, ms, count in prof["kernels"]:
-            console.print(f"  {ms:8.2f} ms  {count:3d} x  {kernel}", soft_wrap=True, markup=False)
+        past = result["profile"]["past"]
+        for name, prof in result["profile"]["builds"].items():
+            console.print(f"{name} kernels at past {past} ({prof['total_ms']:.1f} ms total):")
+            for kernel, ms, count in prof["kernels"]:
+                console.print(f"  {ms:8.2f} ms  {count:3d} x  {kernel}", soft_wrap=True, markup=False)
     args.json.write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {args.json}")
     return 0 if ok else 1

@@ -339,39 +339,93 @@ def test_one_row_runs_its_own_loops_over_the_same_packed_weight():
     assert "if " not in schedule_func(func, target, simd_lanes(target))[0].script()
 
 
+def _scheduled_text(model, options: CompileOptions) -> str:
+    """The printed default schedule of ``model``'s matmul kernel (the CPU's rules)."""
+    from tvm import tirx
+
+    from hetc import api
+    from hetc.backends.cpu.pipeline import pre_schedule_stages
+    from hetc.backends.cpu.schedules import schedule_func
+    from hetc.targets import parse_targets
+
+    _, mod, _, _ = api._import(model, parse_targets("cpu"), options, None, None)
+    mod, _ = api.run_pipeline(mod, pre_schedule_stages(options))
+    (func,) = [f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc) and "matmul" in gv.name_hint]
+    target = llvm_target(options)
+    return schedule_func(func, target, simd_lanes(target))[0].script()
+
+
 def test_weights_streamed_by_several_rows_are_prefetched():
     """A weight beyond a core's cache read by a tile of several rows (a batched decoding step)
     is prefetched a few KB ahead of the row being read: without it four rows streamed a
     2048x2048 weight at 8.0 instead of 11.5 GB/s (one core, 2-core Intel Xeon, LLVM
     emeraldrapids, AVX-512). Not in the one-row branch, nor where the batch loop runs around
     a tile along seq (each sequence re-reads the panel from cache), nor for a small weight."""
-    from tvm import tirx
+    from hetc.backends.cpu.schedules import prefetch
 
-    from hetc import api
-    from hetc.backends.cpu.pipeline import pre_schedule_stages
-    from hetc.backends.cpu.schedules import prefetch, schedule_func
-    from hetc.targets import parse_targets
-
-    options, targets = CompileOptions(), parse_targets("cpu")
-    target = llvm_target(options)
-
-    def scheduled(k, n):
-        _, mod, _, _ = api._import(_matmul_model(k, n), targets, options, None, None)
-        mod, _ = api.run_pipeline(mod, pre_schedule_stages(options))
-        (func,) = [f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc) and "matmul" in gv.name_hint]
-        return schedule_func(func, target, simd_lanes(target))[0].script()
-
+    options = CompileOptions()
     k = 512
     n = prefetch.MIN_BYTES // (4 * k)
-    text = scheduled(k, n)
+    text = _scheduled_text(_matmul_model(k, n), options)
     one_row, leading, general = text.split("if batch * seq == T.int64(1):")[1].split("else:")
     assert "llvm.prefetch" in leading and "llvm.prefetch" not in one_row + general, text
-    assert "llvm.prefetch" not in scheduled(64, 384)
+    assert "llvm.prefetch" not in _scheduled_text(_matmul_model(64, 384), options)
     model = _matmul_model(k, n)
     compiled = hetc.compile(model, dims={"batch": (1, 4), "seq": (1, 64)})
     for shape in [(3, 1, k), (1, 1, k), (2, 5, k)]:  # each branch
         x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         assert_close(compiled.run({"x": x})["y"], ort_run(model, {"x": x})[0])
+
+
+def test_int8_weights_are_prefetched_at_one_row_too():
+    """int8 weights (``weights="int8"``) convert every vector before its multiply-add, and the
+    hardware prefetchers fell behind even at one row: 96 chained 768x2048 int8 matmuls read
+    12.2 GB/s at one row without prefetches, 18.4 with them (2-core Intel Xeon, LLVM
+    emeraldrapids). Both decoding branches prefetch; the kernel is 8-bit loads converted to
+    float in explicit vectors (``common.float_of_bytes``), and computes ``x @ (q * scale)``."""
+    from hetc.backends.cpu.schedules import prefetch
+    from hetc.passes.weight_int8 import quantize
+
+    k = 1024
+    n = prefetch.MIN_BYTES // k
+    text = _scheduled_text(_matmul_model(k, n), CompileOptions(weights="int8"))
+    one_row, leading, general = text.split("if batch * seq == T.int64(1):")[1].split("else:")
+    assert "llvm.prefetch" in one_row and "llvm.prefetch" in leading, text
+    assert "T.vectorized" in one_row and 'T.Cast("float32"' in one_row
+    model = _matmul_model(k, n)
+    compiled = hetc.compile(model, dims={"batch": (1, 4), "seq": (1, 64)}, weights="int8")
+    w, b = (numpy_helper.to_array(init) for init in model.graph.initializer)
+    q, scale = quantize(w)
+    for shape in [(3, 1, k), (1, 1, k), (2, 5, k)]:  # each branch
+        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        expected = (x.astype(np.float64) @ q.astype(np.float64)) * scale + b
+        np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_accumulator_tiles_are_on_the_stack():
+    """``passes/stack_locals.py``: the built code allocates no register tile from TVM's
+    workspace (a pointer LLVM cannot tell apart from the operands: with a prefetch in the
+    loop, the tile was stored back at every reduction step). TVM's own TIR pipeline does."""
+    import re
+
+    import tvm
+
+    from hetc import api
+    from hetc.backends.cpu.codegen import build
+    from hetc.backends.cpu.pipeline import stages
+    from hetc.passes.vm_pipeline import vm_pipeline
+    from hetc.targets import parse_targets
+
+    options = CompileOptions(dims={"batch": (1, 4), "seq": (1, 64)})
+    _, mod, _, _ = api._import(_matmul_model(512, 1024), parse_targets("cpu"), options, None, None)
+    mod, _ = api.run_pipeline(mod, stages(options))
+    workspace_tiles = re.compile(r"%\w*_local\w* = tail call ptr")
+
+    def llvm_ir(executable) -> str:
+        return "".join(lib.inspect_source("ll") for lib in executable.mod.imports)
+
+    assert workspace_tiles.search(llvm_ir(tvm.compile(mod, llvm_target(options), relax_pipeline=vm_pipeline())))
+    assert not workspace_tiles.search(llvm_ir(build(mod, options)))
 
 
 @pytest.mark.parametrize("batch,size", [(1, 32), (3, 16)])

@@ -46,6 +46,7 @@ from ..graph import OpGraph
 from ..options import CompileOptions
 from ..passes.phases import fusion_passes
 from ..passes.pipeline import Stage
+from ..passes.stack_locals import PIPELINE as TIR_PIPELINE
 from ..passes.vm_pipeline import vm_pipeline
 from ..targets import Target, TargetKind, get_target
 
@@ -583,7 +584,8 @@ def build(mod: tvm.IRModule, placement: Placement, options: CompileOptions):
     """
     host = _tvm_target(get_target("cpu"), options)
     try:
-        return tvm.compile(mod, host, relax_pipeline=vm_pipeline(not placement.shares_device_type))
+        return tvm.compile(mod, host, relax_pipeline=vm_pipeline(not placement.shares_device_type),
+                           tir_pipeline=TIR_PIPELINE)
     except Exception as err:
         devices = ",".join(placement.devices)
         raise CompileError(f"code generation for {devices} failed: {last_line(err)}") from err

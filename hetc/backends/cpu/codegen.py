@@ -9,6 +9,7 @@ import tvm
 from ...errors import CompileError, last_line, unlowered_call
 from ...native_log import filtered_stderr
 from ...options import CompileOptions
+from ...passes.stack_locals import PIPELINE as TIR_PIPELINE
 from ...passes.vm_pipeline import vm_pipeline
 from .pool import pool_object
 
@@ -85,7 +86,7 @@ def build(mod: tvm.IRModule, options: CompileOptions):
     target = llvm_target(options)
     try:
         pipeline = tvm.transform.Sequential([vm_pipeline(), _shape_funcs_noalias])
-        return tvm.compile(mod, target, relax_pipeline=pipeline)
+        return tvm.compile(mod, target, relax_pipeline=pipeline, tir_pipeline=TIR_PIPELINE)
     except Exception as err:
         reason = unlowered_call(err, mod) or last_line(err)
         raise CompileError(f"CPU code generation failed: {reason}") from err

@@ -157,6 +157,16 @@ def vector_dtypes(block) -> bool:
     return True
 
 
+def float_of_bytes(block) -> bool:
+    """A block writing floats that reads 8-bit integers (no bool): TIR's typing makes it cast
+    each to float before any arithmetic (int8 weights dequantized in a matmul's loop), and
+    that vector code (``sitofp <16 x i8>``) LLVM takes, which ``vector_dtypes`` would refuse."""
+    writes = [tvm.runtime.DataType(str(region.source.dtype)) for region in block.writes]
+    if not writes or any(dtype.type_code != tvm.runtime.DataTypeCode.FLOAT or dtype.bits < 16 for dtype in writes):
+        return False
+    return all(str(region.source.dtype) != "bool" for region in block.reads)
+
+
 def byte_copy(block) -> bool:
     """A copy of 8-bit integers, maybe padded (``if_then_else(in bounds, x[..], constant)``):
     vector code LLVM takes (no 8-bit arithmetic, no bool vectors in the data), which

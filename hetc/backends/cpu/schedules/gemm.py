@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tvm import tirx
+from tvm.runtime import DataType
 from tvm.s_tir import Schedule, ScheduleError
 from tvm.s_tir.dlight.analysis import SBlockInfo
 from tvm.target import Target
@@ -36,6 +37,7 @@ from tvm.target import Target
 from . import prefetch
 from .common import (
     Rule,
+    float_of_bytes,
     inline_chain,
     is_constant,
     pack_panels,
@@ -289,14 +291,15 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     # 1-vector panel, a 51x2000x2000 matmul at 167 GFLOP/s; 2-core Zen 5, AVX-512), a few zero
     # vectors at compile time, for matmul-like rows (convs: ragged_conv.pad_tile, before the
     # kernels exist).
-    wide = _static(j) and lanes and vector_dtypes(block) and j.dom >= 4 * lanes
+    vector_ok = vector_dtypes(block) or float_of_bytes(block)
+    wide = _static(j) and lanes and vector_ok and j.dom >= 4 * lanes
     thin_panel = (packs and not runtime_j and len(rows_axes) <= 1 and one_vector_panels(j.dom, lanes)
                   and not any(_windowed(read) for read in block.reads)) if wide else False
     pad_columns = wide and (packs or runtime_j) and (j.dom % lanes != 0 or thin_panel)
     if pad_columns:
         n = SYMBOLIC_EXTENT
     registers = TILE_REGISTERS if lanes >= 16 else 16
-    tiles = tile_candidates(m, n, lanes if vector_dtypes(block) else 0, registers, row_extents)
+    tiles = tile_candidates(m, n, lanes if vector_ok else 0, registers, row_extents)
     # A static row count with no good divisor (3137 tokens of CoaT, 197 of a ViT: prime or
     # nearly) leaves a tile of one or two rows, which reloads every weight vector per row; the
     # rows are padded to whole tiles instead, as for a symbolic count.
@@ -304,7 +307,7 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     # a 1-row tile re-read each weight panel once per row (6.7x onnxruntime on a 17x768x3072
     # MLP, 2-core Zen 5, AVX-512); the padded tile is scored with its wasted rows counted.
     pad_rows = bool(rows_axes) and not _static(rows_axes[0])
-    if (len(rows_axes) == 1 and _static(rows_axes[0]) and vector_dtypes(block)
+    if (len(rows_axes) == 1 and _static(rows_axes[0]) and vector_ok
             and not any(_windowed(read) for read in block.reads)):
         padded_tiles = sorted(tile_candidates(SYMBOLIC_EXTENT, n, lanes, registers, [SYMBOLIC_EXTENT]),
                               key=lambda t: -_padded_score(t, m))
@@ -387,7 +390,8 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
             mloop = sch.fuse(*[loops[it.var] for it in rows_axes]) if len(rows_axes) > 1 else loops[rows_axes[0].var]
             io, ii = sch.split(mloop, [None, tile.rows])
         tile_loops.append(io)
-        weight_bytes = math.prod(it.dom for it in reduce) * j.dom * 4 if all(map(_static, reduce + [j])) else None
+        itemsize = max((DataType(str(block.reads[idx].source.dtype)).bits // 8 for idx, _ in packs), default=4)
+        weight_bytes = math.prod(it.dom for it in reduce) * j.dom * itemsize if all(map(_static, reduce + [j])) else None
         small = packs and weight_bytes is not None and weight_bytes <= SMALL_WEIGHT_BYTES
         # Symbolic rows (seq) under enough static column panels: panel major as in a static
         # build (a thread keeps its weight panel in cache while the rows stream), the column
@@ -466,11 +470,14 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     sch.decompose_reduction(main.block_rv, r_loops[0])
     if tile.width:
         vectorize_tail(sch, epilogue, tile.width)
-    # A weight streamed from memory by a tile of several rows: prefetched (prefetch.py). Not
-    # where row loops run around the tile inside its panel (they re-read the panel from cache),
-    # unless they are the ones a leading-rows schedule runs at one iteration.
-    if (panel_major and one_row is None and (not outer or leading is not None) and len(r_loops) == 1
-            and len(packs) == 1 and tile.rows > 1 and weight_bytes is not None and weight_bytes >= prefetch.MIN_BYTES):
+    # A weight streamed from memory by a tile of several rows, or int8 weights by any tile:
+    # prefetched (prefetch.py). Not where row loops run around the tile inside its panel (they
+    # re-read the panel from cache), unless they are the ones a leading-rows or one-row
+    # schedule runs at one iteration.
+    int8_weights = len(packs) == 1 and str(packed[0].dtype) == "int8"
+    rows_once = not outer or leading is not None or one_row is not None
+    if (panel_major and rows_once and (tile.rows > 1 and one_row is None or int8_weights) and len(r_loops) == 1
+            and len(packs) == 1 and weight_bytes is not None and weight_bytes >= prefetch.MIN_BYTES):
         prefetch.mark(sch, tile_loops[0], r_loops[0], packed[0], tile.vj)
     return True
 

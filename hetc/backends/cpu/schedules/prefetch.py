@@ -1,18 +1,24 @@
 """Software prefetch of a packed weight streamed from memory by a contraction over few rows.
 
 A decoding step reads every weight once: a matmul over a few rows (the batch of sequences)
-streams its packed panels from memory. With one row the loop issues its loads fast enough for
-the hardware prefetchers to keep up; with a register tile of several rows each weight vector
-is used rows-many times, the loads are spread out, and the stream slowed down: 2048x2048
-weights read at 11.5 GB/s by a one-row loop ran at 8.0 GB/s with four rows (one core, C with
-intrinsics, 2-core Intel Xeon, LLVM ``emeraldrapids``, AVX-512). Prefetching each panel row
-``AHEAD_BYTES`` ahead brought four rows to 10.3 GB/s.
+streams its packed panels from memory. With one row of float32 weights the loop issues its
+loads fast enough for the hardware prefetchers to keep up; with a register tile of several rows
+each weight vector is used rows-many times, the loads are spread out, and the stream slowed
+down: 2048x2048 weights read at 11.5 GB/s by a one-row loop ran at 8.0 GB/s with four rows (one
+core, C with intrinsics, 2-core Intel Xeon, LLVM ``emeraldrapids``, AVX-512). Prefetching each
+panel row ``AHEAD_BYTES`` ahead brought four rows to 10.3 GB/s. int8 weights (``--weights
+int8``) are spread out even at one row: a step converts each vector to float before its
+multiply-add, and reads a quarter of the bytes per step; 96 chained 768 x 2048 int8 matmuls at
+one row read 12.2 GB/s without prefetches and 18.4 with them (2 cores, same CPU).
 
 The contraction rule marks the loops (``mark``): the parallel loop over column panels and the
-reduction loop, the latter with the packed buffer, the reduction steps to look ahead and the
-cache lines per step. ``inject`` (or ``inject_text``, on a function being printed anyway) then
+reduction loop, the latter with the packed buffer, the reduction steps to look ahead, the
+cache lines per step and the elements per line. ``inject`` (or ``inject_text``, on a function being printed anyway) then
 adds one ``llvm.prefetch`` per cache line at the top of the reduction loop's body, for the row
-``ahead`` steps on in the same panel. TVM 0.27's Python API has no TIR mutator, so this is done
+``ahead`` steps on in the same panel (of the panel loop above it: each branch of a dispatch
+has its own). The prefetch call would keep LLVM from holding a workspace-allocated
+accumulator tile in registers across it; ``passes/stack_locals.py`` puts the tiles on the
+stack. TVM 0.27's Python API has no TIR mutator, so this is done
 on the printed function, which is parsed back (as ``dispatch.py`` does); a function without the
 marks is returned as it is.
 """
@@ -37,26 +43,28 @@ PANEL = "hetc.prefetch_panel"
 STREAM = "hetc.prefetch_stream"
 
 _PANEL_LOOP = re.compile(r"for (\w+) in T\.parallel\([^\n]*\"" + re.escape(PANEL) + r"\"")
-_STREAM_LOOP = re.compile(r"^(\s*)for (\w+) in T\.serial\([^\n]*\"" + re.escape(STREAM) + r"\": \"(\w+):(\d+):(\d+)\"")
+_STREAM_LOOP = re.compile(r"^(\s*)for (\w+) in T\.serial\([^\n]*\"" + re.escape(STREAM) + r"\": \"(\w+):(\d+):(\d+):(\d+)\"")
 
 
 def mark(sch: Schedule, panel_loop, reduce_loop, packed: tirx.Buffer, row_elements: int) -> bool:
     """Mark a contraction whose parallel loop ``panel_loop`` runs over the column panels of the
     3-D packed weight ``packed`` (``[panel, k, column]``, ``row_elements`` columns) and whose
     reduction loop ``reduce_loop`` steps through its rows. False (nothing marked) where the
-    panel loop is not itself the parallel loop or the weight is not float32 [panel, k, column]."""
-    if len(packed.shape) != 3 or str(packed.dtype) != "float32":
+    panel loop is not itself the parallel loop or the weight is not a float32 or int8
+    [panel, k, column]."""
+    if len(packed.shape) != 3 or str(packed.dtype) not in ("float32", "int8"):
         return False
     try:
         if sch.get(panel_loop).kind != tirx.ForKind.PARALLEL:
             return False
     except (tvm.error.TVMError, ValueError):  # fused into another loop: no longer a loop of its own
         return False
-    row_bytes = row_elements * 4
+    itemsize = tvm.runtime.DataType(str(packed.dtype)).bits // 8
+    row_bytes = row_elements * itemsize
     lines = max(1, row_bytes // LINE_BYTES)
     ahead = max(1, AHEAD_BYTES // row_bytes)
     sch.annotate(panel_loop, PANEL, 1)
-    sch.annotate(reduce_loop, STREAM, f"{packed.name}:{ahead}:{lines}")
+    sch.annotate(reduce_loop, STREAM, f"{packed.name}:{ahead}:{lines}:{LINE_BYTES // itemsize}")
     return True
 
 
@@ -79,20 +87,19 @@ def inject_text(text: str) -> str:
     itself when it has none, or is not what this expects)."""
     if STREAM not in text:
         return text
-    panels = _PANEL_LOOP.findall(text)
-    if len(panels) != 1:
-        return text
-    out = []
+    out, panel = [], None
     for line in text.split("\n"):
         out.append(line)
+        opened = _PANEL_LOOP.search(line)
+        if opened:
+            panel = opened.group(1)  # the panel loop of the streams below it (each branch has its own)
         found = _STREAM_LOOP.match(line)
         if not found:
             continue
-        indent, k, buffer, ahead, lines = found.groups()
-        if f"{buffer}[" not in text:
+        indent, k, buffer, ahead, lines, elements = found.groups()
+        if panel is None or f"{buffer}[" not in text:
             return text
-        elements = LINE_BYTES // 4
         out += [f'{indent}    T.evaluate(T.call_llvm_intrin("void", "llvm.prefetch.p0", T.address_of('
-                f'{buffer}[{panels[0]}, {k} + {ahead}, {n * elements}]), 0, 3, 1))'
+                f'{buffer}[{panel}, {k} + {ahead}, {n * int(elements)}]), 0, 3, 1))'
                 for n in range(int(lines))]
     return "\n".join(out)
