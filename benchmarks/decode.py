@@ -88,7 +88,7 @@ def _seconds(fn) -> float:
 def weight_bytes(path: Path, int8: bool = False) -> int:
     """Bytes of the initializers a step reads whole: all but those only gathered from (the
     embedding tables, of which a step reads a few rows). With ``int8``, as ``--weights int8``
-    stores them: a float32 matrix multiplied from the right by MatMul alone, of at least
+    stores them: a float32 matrix multiplied from the right by MatMul or Gemm alone, of at least
     ``weight_int8.MIN_ELEMENTS`` elements, is one byte per element and a float32 scale per
     column (``hetc/passes/weight_int8.py``)."""
     import onnx
@@ -97,18 +97,18 @@ def weight_bytes(path: Path, int8: bool = False) -> int:
 
     model = onnx.load(str(path), load_external_data=False)
     users: dict[str, set] = {}
-    right = set()  # names used as a MatMul's second operand
+    right = set()  # names used as a MatMul's or Gemm's second operand
     for node in model.graph.node:
         for name in node.input:
             users.setdefault(name, set()).add(node.op_type)
-        if node.op_type == "MatMul":
+        if node.op_type in ("MatMul", "Gemm"):
             right.add(node.input[1])
     total = 0
     for init in model.graph.initializer:
         if users.get(init.name, set()) <= {"Gather"} and init.name in users:
             continue
         elements = int(np.prod(init.dims))
-        if (int8 and init.name in right and users[init.name] == {"MatMul"} and len(init.dims) == 2
+        if (int8 and init.name in right and len(users[init.name]) == 1 and len(init.dims) == 2
                 and init.data_type == onnx.TensorProto.FLOAT and elements >= MIN_ELEMENTS):
             total += elements + 4 * int(init.dims[1])
             continue

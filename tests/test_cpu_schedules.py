@@ -389,7 +389,7 @@ def test_int8_weights_are_prefetched_at_one_row_too():
     k = 1024
     n = prefetch.MIN_BYTES // k
     text = _scheduled_text(_matmul_model(k, n), CompileOptions(weights="int8"))
-    one_row, leading, general = text.split("if batch * seq == T.int64(1):")[1].split("else:")
+    one_row, leading, _ = text.split("if batch * seq == T.int64(1):")[1].split("else:")
     assert "llvm.prefetch" in one_row and "llvm.prefetch" in leading, text
     assert "T.vectorized" in one_row and 'T.Cast("float32"' in one_row
     model = _matmul_model(k, n)
