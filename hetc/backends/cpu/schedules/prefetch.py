@@ -13,14 +13,14 @@ one row read 12.2 GB/s without prefetches and 18.4 with them (2 cores, same CPU)
 
 The contraction rule marks the loops (``mark``): the parallel loop over column panels and the
 reduction loop, the latter with the packed buffer, the reduction steps to look ahead, the
-cache lines per step and the elements per line. ``inject`` (or ``inject_text``, on a function being printed anyway) then
-adds one ``llvm.prefetch`` per cache line at the top of the reduction loop's body, for the row
-``ahead`` steps on in the same panel (of the panel loop above it: each branch of a dispatch
-has its own). The prefetch call would keep LLVM from holding a workspace-allocated
-accumulator tile in registers across it; ``passes/stack_locals.py`` puts the tiles on the
-stack. TVM 0.27's Python API has no TIR mutator, so this is done
-on the printed function, which is parsed back (as ``dispatch.py`` does); a function without the
-marks is returned as it is.
+cache lines per step and the elements per line. ``inject`` (or ``inject_text``, on a function
+being printed anyway) then adds one ``llvm.prefetch`` per cache line at the top of the
+reduction loop's body, for the row ``ahead`` steps on in the same panel (that of the panel loop
+above it: each branch of a dispatch has its own). The call would keep LLVM from holding a
+workspace-allocated accumulator tile in registers across it; ``passes/stack_locals.py`` puts
+the tiles on the stack. TVM 0.27's Python API has no TIR mutator, so this is done on the
+printed function, which is parsed back (as ``dispatch.py`` does); a function without the marks
+is returned as it is.
 """
 
 from __future__ import annotations
