@@ -73,8 +73,41 @@ def _fast_gelu_tanh(x):
                                                                            topi.fast_tanh(inner)))
 
 
+SOFTMAX_LANES = 16  # partial maxima and sums per row: one AVX-512 vector, two AVX2 ones
+
+
+def _fast_softmax(x, axis: int = -1):
+    """TOPI's ``fast_softmax`` (polynomial exp), with each row's max and sum taken as
+    ``SOFTMAX_LANES`` partial results first (``part[.., l] = max_o x[.., o * 16 + l]``), a loop
+    the row-reduction rule vectorizes (``schedules/reduction.py``), then reduced to one. The
+    plain reductions stayed scalar chains: a 12 x 128 x 128 softmax took 0.43 ms against
+    onnxruntime's 0.059 (2-core Intel Xeon, LLVM emeraldrapids). Only over a last axis of
+    static length that the lanes divide into several steps; otherwise TOPI's form."""
+    from tvm import te
+
+    rank = len(x.shape)
+    n = x.shape[-1]
+    if axis % rank != rank - 1 or not isinstance(n, tirx.IntImm) or int(n) % SOFTMAX_LANES or int(n) <= SOFTMAX_LANES:
+        return topi.nn.fast_softmax(x, axis)
+    lanes, steps, rows = SOFTMAX_LANES, int(n) // SOFTMAX_LANES, x.shape[:-1]
+
+    def partial(values, combine, name):
+        o = te.reduce_axis((0, steps), "o")
+        return te.compute((*rows, lanes), lambda *i: combine(values[(*i[:-1], o * lanes + i[-1])], axis=o), name=name)
+
+    def whole(part, combine, name):
+        lane = te.reduce_axis((0, lanes), "lane")
+        return te.compute(rows, lambda *i: combine(part[(*i, lane)], axis=lane), name=name)
+
+    top = whole(partial(x, te.max, "T_softmax_maxpart"), te.max, "T_softmax_maxelem")
+    exp = topi.fast_exp(te.compute(x.shape, lambda *i: x(*i) - top(*i[:-1]), name="T_softmax_delta"))
+    total = whole(partial(exp, te.sum, "T_softmax_exppart"), te.sum, "T_softmax_expsum")
+    inverse = te.compute(rows, lambda *i: tirx.const(1.0, x.dtype) / total(*i), name="T_softmax_inverse")
+    return te.compute(x.shape, lambda *i: exp(*i) * inverse(*i[:-1]), name="T_softmax_norm", attrs={"axis": rank - 1})
+
+
 FAST_MATH = {"relax.erf": _fast(topi.fast_erf), "relax.exp": _fast(topi.fast_exp),
-             "relax.tanh": _fast(topi.fast_tanh), "relax.nn.softmax": _fast(topi.nn.fast_softmax),
+             "relax.tanh": _fast(topi.fast_tanh), "relax.nn.softmax": _fast(_fast_softmax),
              "relax.sigmoid": _fast(_fast_sigmoid), "relax.nn.silu": _fast(_fast_silu),
              "relax.nn.gelu": _fast(_fast_gelu), "relax.nn.gelu_tanh": _fast(_fast_gelu_tanh)}
 

@@ -28,8 +28,33 @@ def _ragged_inner(sch, block_rv, vec_lanes: int) -> bool:
     return not isinstance(extent, tirx.IntImm) or (int(extent) > vec_lanes and int(extent) % vec_lanes != 0)
 
 
+def _lane_partial(sch, block_rv) -> bool:
+    """A block of partial results per lane, ``part[.., l] (+)= f(x[.., o * L + l])`` (the CPU's
+    softmax: ``pipeline._fast_softmax``): its iters end with the lane (spatial) and the steps
+    (reduction)."""
+    block = sch.get(block_rv)
+    if len(block.iter_vars) < 2 or len(block.reads) < 1:
+        return False
+    lane, step = block.iter_vars[-2:]
+    if lane.iter_type != tirx.IterVar.DataPar or step.iter_type != tirx.IterVar.CommReduce:
+        return False
+    return any(_lane_strided(read.region[-1].min, step.var, lane.var) for read in block.reads)
+
+
+def _lane_strided(index, step, lane) -> bool:
+    """``index`` is ``step * c + lane`` for a constant ``c``."""
+    if not isinstance(index, tirx.Add):
+        return False
+    scaled, plain = index.a, index.b
+    return (isinstance(plain, tirx.Var) and plain.same_as(lane) and isinstance(scaled, tirx.Mul)
+            and isinstance(scaled.a, tirx.Var) and scaled.a.same_as(step) and isinstance(scaled.b, tirx.IntImm))
+
+
 class _RowReduction(Reduction):
-    """dlight's rule, leaving loops of symbolic or ragged extent unsplit (see the module docstring)."""
+    """dlight's rule, leaving loops of symbolic or ragged extent unsplit (see the module
+    docstring), and with blocks of partial results per lane (``_lane_partial``) looping over
+    the steps outside and the lanes inside, vectorized: the max and sum of a softmax row then
+    run in vector registers, not as one scalar chain."""
 
     @staticmethod
     def _vectorize_inner(sch, block_rv, vec_lanes):
@@ -38,6 +63,12 @@ class _RowReduction(Reduction):
 
     @staticmethod
     def _unroll_reduction_inner(sch, block_rv, vec_lanes):
+        if _lane_partial(sch, block_rv):
+            lane, step = sch.get_loops(block_rv)[-2:]
+            sch.reorder(step, lane)
+            sch.vectorize(lane)
+            sch.decompose_reduction(block_rv, step)  # the init's lane loop stays vectorized
+            return
         if not _ragged_inner(sch, block_rv, vec_lanes):
             Reduction._unroll_reduction_inner(sch, block_rv, vec_lanes)
 
@@ -57,6 +88,8 @@ def _reduces_rows(func: tirx.PrimFunc) -> bool:
             if not any(u.same_as(v) for u in used for v in reduce):
                 continue  # a per-row value (the mean in a variance)
             last = read.region[-1].min
+            if _lane_strided(last, *[it.var for it in info.iters[-1:]], *[it.var for it in info.iters[-2:-1]]):
+                continue  # a softmax's partial results per lane (``_lane_partial``)
             if not isinstance(last, tirx.Var) or not any(last.same_as(v) for v in reduce):
                 return False
     return True
