@@ -50,6 +50,18 @@ def _lane_strided(index, step, lane) -> bool:
             and isinstance(scaled.a, tirx.Var) and scaled.a.same_as(step) and isinstance(scaled.b, tirx.IntImm))
 
 
+def _loops_of_lane_and_step(sch, block_rv) -> bool:
+    """The block's two innermost loops run its lane and step iters (in that order)."""
+    loops = sch.get_loops(block_rv)
+    if len(loops) < 2:
+        return False
+    block = sch.get(block_rv)
+    lane, step = block.iter_vars[-2:]
+    extents = [sch.get(loop).extent for loop in loops[-2:]]
+    return all(isinstance(e, tirx.IntImm) and isinstance(it.dom.extent, tirx.IntImm) and int(e) == int(it.dom.extent)
+               for e, it in zip(extents, (lane, step)))
+
+
 class _RowReduction(Reduction):
     """dlight's rule, leaving loops of symbolic or ragged extent unsplit (see the module
     docstring), and with blocks of partial results per lane (``_lane_partial``) looping over
@@ -63,7 +75,7 @@ class _RowReduction(Reduction):
 
     @staticmethod
     def _unroll_reduction_inner(sch, block_rv, vec_lanes):
-        if _lane_partial(sch, block_rv):
+        if _lane_partial(sch, block_rv) and _loops_of_lane_and_step(sch, block_rv):
             lane, step = sch.get_loops(block_rv)[-2:]
             sch.reorder(step, lane)
             sch.vectorize(lane)
@@ -88,7 +100,8 @@ def _reduces_rows(func: tirx.PrimFunc) -> bool:
             if not any(u.same_as(v) for u in used for v in reduce):
                 continue  # a per-row value (the mean in a variance)
             last = read.region[-1].min
-            if _lane_strided(last, *[it.var for it in info.iters[-1:]], *[it.var for it in info.iters[-2:-1]]):
+            iters = [it.var for it in info.iters]
+            if len(iters) >= 2 and _lane_strided(last, iters[-1], iters[-2]):
                 continue  # a softmax's partial results per lane (``_lane_partial``)
             if not isinstance(last, tirx.Var) or not any(last.same_as(v) for v in reduce):
                 return False
