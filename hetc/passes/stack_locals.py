@@ -27,6 +27,8 @@ leaves every other node as it is.
 
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm import tirx
 from tvm.tirx import compilation_pipeline
@@ -43,9 +45,7 @@ def _stack_sized(alloc: tirx.AllocBuffer) -> bool:
         return False
     if not all(isinstance(extent, tirx.IntImm) for extent in buffer.shape):
         return False
-    elements = 1
-    for extent in buffer.shape:
-        elements *= int(extent)
+    elements = math.prod(int(extent) for extent in buffer.shape)
     return 0 < elements * tvm.runtime.DataType(str(buffer.dtype)).bits // 8 <= MAX_BYTES
 
 

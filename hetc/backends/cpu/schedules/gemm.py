@@ -476,8 +476,8 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     # schedule runs at one iteration.
     int8_weights = len(packs) == 1 and str(packed[0].dtype) == "int8"
     rows_once = not outer or leading is not None or one_row is not None
-    if (panel_major and rows_once and (tile.rows > 1 and one_row is None or int8_weights) and len(r_loops) == 1
-            and len(packs) == 1 and weight_bytes is not None and weight_bytes >= prefetch.MIN_BYTES):
+    if (panel_major and rows_once and (tile.rows > 1 and one_row is None or int8_weights) and len(packs) == 1
+            and len(r_loops) == 1 and weight_bytes is not None and weight_bytes >= prefetch.MIN_BYTES):
         prefetch.mark(sch, tile_loops[0], r_loops[0], packed[0], tile.vj)
     return True
 

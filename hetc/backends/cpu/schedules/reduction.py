@@ -28,17 +28,24 @@ def _ragged_inner(sch, block_rv, vec_lanes: int) -> bool:
     return not isinstance(extent, tirx.IntImm) or (int(extent) > vec_lanes and int(extent) % vec_lanes != 0)
 
 
-def _lane_partial(sch, block_rv) -> bool:
-    """A block of partial results per lane, ``part[.., l] (+)= f(x[.., o * L + l])`` (the CPU's
-    softmax: ``pipeline._fast_softmax``): its iters end with the lane (spatial) and the steps
-    (reduction)."""
+def _lane_partial_loops(sch, block_rv):
+    """(lane loop, step loop) of a block of partial results per lane, ``part[.., l] (+)=
+    f(x[.., o * L + l])`` (the CPU's softmax: ``pipeline._fast_softmax``), whose iters end with
+    the lane (spatial) and the steps (reduction), run by its two innermost loops; else None."""
     block = sch.get(block_rv)
-    if len(block.iter_vars) < 2 or len(block.reads) < 1:
-        return False
+    loops = sch.get_loops(block_rv)
+    if len(block.iter_vars) < 2 or len(loops) < 2:
+        return None
     lane, step = block.iter_vars[-2:]
     if lane.iter_type != tirx.IterVar.DataPar or step.iter_type != tirx.IterVar.CommReduce:
-        return False
-    return any(_lane_strided(read.region[-1].min, step.var, lane.var) for read in block.reads)
+        return None
+    if not any(_lane_strided(read.region[-1].min, step.var, lane.var) for read in block.reads):
+        return None
+    extents = [sch.get(loop).extent for loop in loops[-2:]]
+    if not all(isinstance(e, tirx.IntImm) and isinstance(it.dom.extent, tirx.IntImm) and int(e) == int(it.dom.extent)
+               for e, it in zip(extents, (lane, step))):
+        return None
+    return loops[-2], loops[-1]
 
 
 def _lane_strided(index, step, lane) -> bool:
@@ -50,21 +57,9 @@ def _lane_strided(index, step, lane) -> bool:
             and isinstance(scaled.a, tirx.Var) and scaled.a.same_as(step) and isinstance(scaled.b, tirx.IntImm))
 
 
-def _loops_of_lane_and_step(sch, block_rv) -> bool:
-    """The block's two innermost loops run its lane and step iters (in that order)."""
-    loops = sch.get_loops(block_rv)
-    if len(loops) < 2:
-        return False
-    block = sch.get(block_rv)
-    lane, step = block.iter_vars[-2:]
-    extents = [sch.get(loop).extent for loop in loops[-2:]]
-    return all(isinstance(e, tirx.IntImm) and isinstance(it.dom.extent, tirx.IntImm) and int(e) == int(it.dom.extent)
-               for e, it in zip(extents, (lane, step)))
-
-
 class _RowReduction(Reduction):
     """dlight's rule, leaving loops of symbolic or ragged extent unsplit (see the module
-    docstring), and with blocks of partial results per lane (``_lane_partial``) looping over
+    docstring), and with blocks of partial results per lane (``_lane_partial_loops``) looping over
     the steps outside and the lanes inside, vectorized: the max and sum of a softmax row then
     run in vector registers, not as one scalar chain."""
 
@@ -75,8 +70,9 @@ class _RowReduction(Reduction):
 
     @staticmethod
     def _unroll_reduction_inner(sch, block_rv, vec_lanes):
-        if _lane_partial(sch, block_rv) and _loops_of_lane_and_step(sch, block_rv):
-            lane, step = sch.get_loops(block_rv)[-2:]
+        partial = _lane_partial_loops(sch, block_rv)
+        if partial is not None:
+            lane, step = partial
             sch.reorder(step, lane)
             sch.vectorize(lane)
             sch.decompose_reduction(block_rv, step)  # the init's lane loop stays vectorized
@@ -102,7 +98,7 @@ def _reduces_rows(func: tirx.PrimFunc) -> bool:
             last = read.region[-1].min
             iters = [it.var for it in info.iters]
             if len(iters) >= 2 and _lane_strided(last, iters[-1], iters[-2]):
-                continue  # a softmax's partial results per lane (``_lane_partial``)
+                continue  # a softmax's partial results per lane (``_lane_partial_loops``)
             if not isinstance(last, tirx.Var) or not any(last.same_as(v) for v in reduce):
                 return False
     return True
