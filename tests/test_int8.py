@@ -21,12 +21,19 @@ from onnx_util import make, tensor
 
 import hetc
 from hetc.backends.cpu.codegen import llvm_target
+from hetc.backends.cpu.schedules.amx import has_amx
 from hetc.backends.cpu.schedules.int8 import has_vnni
 from hetc.frontends.onnx.qdq import fuse_qdq
 from hetc.options import CompileOptions
 
 VNNI = has_vnni(llvm_target(CompileOptions()))
-INT8_RULE = "int8-vnni" if VNNI else "int8-pmaddwd"  # this CPU's int8 kernels (every x86-64 CI has AVX2)
+AMX = has_amx(llvm_target(CompileOptions()))
+# this CPU's int8 kernels (every x86-64 CI has AVX2); AMX takes the shapes that fill its tiles
+INT8_RULES = {"int8-amx", "int8-vnni"} if AMX else {"int8-vnni"} if VNNI else {"int8-pmaddwd"}
+
+
+def _int8_kernels(compiled) -> int:
+    return sum(rule in INT8_RULES for rule in compiled.report["kernels"].values())
 
 
 def _matmul_integer(m, k, n, zero_points: bool, seed: int):
@@ -54,7 +61,7 @@ def test_matmul_integer_is_exact_on_random_shapes(m, k4, n4, zero_points):
     model, a, want = _matmul_integer(m, 4 * k4, 4 * n4, zero_points, seed=m * 1000 + k4)
     compiled = hetc.compile(model, "cpu")
     np.testing.assert_array_equal(compiled.run({"a": a})["y"], want)
-    assert INT8_RULE in compiled.report["kernels"].values(), compiled.report["kernels"]
+    assert _int8_kernels(compiled), compiled.report["kernels"]
 
 
 @pytest.mark.parametrize("n, lanes", [(24, 8), (20, 4), (48, 16)])
@@ -72,6 +79,42 @@ def test_vnni_panels_narrow_to_the_columns(n, lanes, tmp_path):
     register = {16: "zmm", 8: "ymm", 4: "xmm"}[lanes]
     assert re.search(rf"vpdpbusd\s.*%{register}", code), "no vpdpbusd on " + register
 
+
+
+# --- AMX (Intel Sapphire Rapids on): compiled for sapphirerapids anywhere, run where the CPU has it
+
+AMX_SHAPES = [(128, 768, 768), (14, 64, 16), (28, 192, 48), (40, 128, 32)]
+
+
+@pytest.mark.parametrize("m, k, n", AMX_SHAPES, ids=["2x2-tiles", "one-tile", "2x1-tiles", "10-row-tiles"])
+def test_amx_matmul_integer_is_tdpbusd_and_exact(m, k, n, tmp_path):
+    """Shapes that fill AMX tiles (k a multiple of 64, n of 16, rows in tiles of 4-16) run on the
+    tile unit: 2 x 2 accumulator tiles where both halves divide, else fewer, tiles of 14 or 8
+    rows where 16 does not divide the rows. The library holds ``tdpbusd`` and a tile
+    configuration; where this CPU has AMX, the result is numpy's integers."""
+    model, a, want = _matmul_integer(m, k, n, True, seed=m + n)
+    compiled = hetc.compile(model, "cpu", cpu="sapphirerapids")
+    assert "int8-amx" in compiled.report["kernels"].values(), compiled.report["kernels"]
+    code = _objdump(compiled, tmp_path)
+    assert "tdpbusd" in code and "ldtilecfg" in code and "tilerelease" in code
+    if not AMX:
+        pytest.skip("this CPU has no AMX to run the code on")
+    np.testing.assert_array_equal(compiled.run({"a": a})["y"], want)
+
+
+@pytest.mark.parametrize("shape, rule", [
+    ((1, 64, 14, 14, 64, 3, 1, 1), "int8-amx"),    # 3x3, padded: rows along the width, 14 a tile
+    ((1, 64, 28, 28, 128, 1, 1, 0), "int8-amx"),   # 1x1: 2 tiles of 14 rows
+    ((1, 64, 16, 16, 32, 1, 2, 0), "int8-vnni"),   # stride 2: A's rows are not one row apart
+    ((1, 48, 14, 14, 32, 3, 1, 1), "int8-vnni"),   # 48 channels: no 64-byte tile row
+], ids=["3x3", "1x1", "stride2", "k48"])
+def test_amx_qlinear_conv_matches_the_reference_exactly(shape, rule):
+    model, x = _qlinear_conv(*shape, seed=sum(shape))
+    compiled = hetc.compile(model, "cpu", cpu="sapphirerapids")
+    assert rule in compiled.report["kernels"].values(), compiled.report["kernels"]
+    if not AMX:
+        pytest.skip("this CPU has no AMX to run the code on")
+    np.testing.assert_array_equal(compiled.run({"x": x})["y"], ReferenceEvaluator(model).run(None, {"x": x})[0])
 
 def test_a_constant_zero_weight_zero_point_costs_nothing():
     """onnxruntime's dynamic quantization gives the weight a zero point of 0 (an initializer):
@@ -127,7 +170,7 @@ def test_qlinear_conv_matches_the_reference_exactly(shape):
     got = compiled.run({"x": x})["y"]
     np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
     assert np.abs(got.astype(int) - ort_run(model, {"x": x})[0].astype(int)).max() <= 1
-    assert INT8_RULE in compiled.report["kernels"].values(), compiled.report["kernels"]
+    assert _int8_kernels(compiled), compiled.report["kernels"]
 
 
 @pytest.mark.parametrize("shape", [
@@ -266,8 +309,8 @@ def _fused_within_one_step(model, groups: int, seed: int, cpu: str | None = None
 @pytest.mark.parametrize("cpu", [None, "haswell"])
 def test_qdq_convs_fuse_into_qlinear_conv(tmp_path, cpu):
     compiled, _ = _fused_within_one_step(_qdq_model(tmp_path), 2, seed=5, cpu=cpu)
-    rule = "int8-pmaddwd" if cpu == "haswell" else INT8_RULE
-    assert list(compiled.report["kernels"].values()).count(rule) == 2, compiled.report["kernels"]
+    kernels = list(compiled.report["kernels"].values())
+    assert (kernels.count("int8-pmaddwd") if cpu == "haswell" else _int8_kernels(compiled)) == 2, kernels
 
 
 def test_qdq_gemm_runs_as_an_int8_conv(tmp_path):
@@ -276,7 +319,7 @@ def test_qdq_gemm_runs_as_an_int8_conv(tmp_path):
     lanes (1000 = 125 x 8), and the output is onnxruntime's within one step."""
     compiled, got = _fused_within_one_step(_qdq_model(tmp_path, classes=1000), 3, seed=7)
     assert got.shape == (1, 1000)
-    assert list(compiled.report["kernels"].values()).count(INT8_RULE) == 3, compiled.report["kernels"]
+    assert _int8_kernels(compiled) == 3, compiled.report["kernels"]
 
 
 def test_unnamed_qdq_gemms_fuse_without_clashing_names():

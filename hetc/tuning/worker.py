@@ -27,3 +27,9 @@ def runner_init(threads: int) -> None:
     import tvm
 
     tvm.get_global_func("runtime.config_threadpool")(1, threads)
+    # AMX tile state for the int8-amx candidates (as hetc.backends.cpu.schedules.amx.request_permission)
+    import ctypes
+    import platform
+
+    if platform.system() == "Linux" and platform.machine() == "x86_64":
+        ctypes.CDLL(None).syscall(158, 0x1023, 18)

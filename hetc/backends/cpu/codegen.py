@@ -48,7 +48,7 @@ def _x86(triple: str) -> bool:
 ISA_FLAGS = {"sse4.2": "sse4_2", "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c",
              "avx512f": "avx512f", "avx512bw": "avx512bw", "avx512dq": "avx512dq", "avx512vl": "avx512vl",
              "avx512vnni": "avx512_vnni", "avxvnni": "avx_vnni", "avx512bf16": "avx512_bf16",
-             "avx512fp16": "avx512_fp16", "amx-tile": "amx_tile"}
+             "avx512fp16": "avx512_fp16", "amx-tile": "amx_tile", "amx-int8": "amx_int8"}
 
 
 def isa_record(options: CompileOptions) -> dict:

@@ -216,6 +216,20 @@ int64_t EnvInt(const char* name, int64_t fallback) {
 
 }  // namespace
 
+#if defined(__linux__) && defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+// Linux hands AMX's tile state only to a process that asks (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA); the first tile instruction of one that has not raises SIGILL. The
+// int8-amx kernels (schedules/amx.py) use it, so every library asks when it is loaded, on CPUs
+// with AMX-TILE (CPUID leaf 7, EDX bit 24). Asking again is harmless.
+__attribute__((constructor)) static void RequestAmxTileData() {
+  unsigned a, b, c, d;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24))) syscall(SYS_arch_prctl, 0x1023, 18);
+}
+#endif
+
 extern "C" {
 
 // Point this library's parallel loops at the pool, sized to `threads` (the caller included).

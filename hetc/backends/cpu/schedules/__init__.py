@@ -18,12 +18,12 @@ import tvm
 from tvm import relax, tirx
 from tvm.s_tir import ScheduleError
 
-from . import depthwise, full_reduction, gemm, generic, int8, reduction, winograd
+from . import amx, depthwise, full_reduction, gemm, generic, int8, reduction, winograd
 from .common import PREPROC, Rule
 
 log = logging.getLogger(__name__)
 
-RULES: list[Rule] = [winograd.RULE, int8.RULE, int8.WIDENED_RULE, depthwise.RULE, gemm.RULE, reduction.RULE, full_reduction.RULE,
+RULES: list[Rule] = [winograd.RULE, amx.RULE, int8.RULE, int8.WIDENED_RULE, depthwise.RULE, gemm.RULE, reduction.RULE, full_reduction.RULE,
                      generic.RULE]
 
 

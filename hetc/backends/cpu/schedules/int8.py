@@ -243,14 +243,7 @@ def _schedule(sch: Schedule, infos, main, kind: Instruction) -> bool:
         jb, rows = 1, tile_rows(1)
     if rows < 4 and math.prod(it.dom for it in rows_axes) % 8 == 0 and len(rows_axes) > 1:
         rows = 0  # the innermost row axis is too short for a tile: fuse the rows first
-    # Producers: plain copies are inlined, the (conditional) padding and the widening of the
-    # input to int16 (each element once, not at every use) stay separate passes.
-    for producer in reversed(infos[:infos.index(main)]):
-        stmt = sch.get(producer.block_rv)
-        if "if_then_else" in stmt.body.script() or any(str(w.source.dtype) == "int16" for w in stmt.writes):
-            schedule_spatial(sch, producer.block_rv, 16)
-        else:
-            sch.compute_inline(producer.block_rv)
+    stage_producers(sch, infos, main)
 
     preproc = sch.cache_read(main.block_rv, w_idx, "global")
     sch.annotate(preproc, PREPROC, True)
@@ -283,6 +276,17 @@ def _schedule(sch: Schedule, infos, main, kind: Instruction) -> bool:
         sch.unroll(ri)
     sch.unroll(jbl)
     return True
+
+
+def stage_producers(sch: Schedule, infos, main) -> None:
+    """The blocks before ``main``: plain copies inlined; the (conditional) padding and the
+    widening of the input to int16 (each element once, not at every use) stay separate passes."""
+    for producer in reversed(infos[:infos.index(main)]):
+        stmt = sch.get(producer.block_rv)
+        if "if_then_else" in stmt.body.script() or any(str(w.source.dtype) == "int16" for w in stmt.writes):
+            schedule_spatial(sch, producer.block_rv, 16)
+        else:
+            sch.compute_inline(producer.block_rv)
 
 
 def _panels(columns: int, lanes: int, registers: int) -> int:
