@@ -173,7 +173,8 @@ def test_unknown_option_is_refused():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(torch_zoo.ACCEPTANCE))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.heavy) if n == "resnet50" else n
+                                  for n in torch_zoo.ACCEPTANCE])  # ResNet-50 with a symbolic batch: 6 minutes
 def test_acceptance_models_batch_sizes_no_recompile(name, fresh_dynamo, caplog, tmp_path):
     caplog.set_level(logging.INFO, logger=dynamo.__name__)
     case = torch_zoo.ACCEPTANCE[name]()
@@ -190,6 +191,7 @@ def test_acceptance_models_batch_sizes_no_recompile(name, fresh_dynamo, caplog, 
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_zoo_through_the_backend(fresh_dynamo):
     """Every zoo architecture matches eager through the backend; a graph hetc does not take
     falls back with a one-line reason (never a crash); at least 30 run entirely through hetc."""
