@@ -105,9 +105,10 @@ def test_amx_matmul_integer_is_tdpbusd_and_exact(m, k, n, tmp_path):
 @pytest.mark.parametrize("shape, rule", [
     ((1, 64, 14, 14, 64, 3, 1, 1), "int8-amx"),    # 3x3, padded: rows along the width, 14 a tile
     ((1, 64, 28, 28, 128, 1, 1, 0), "int8-amx"),   # 1x1: 2 tiles of 14 rows
-    ((1, 64, 16, 16, 32, 1, 2, 0), "int8-vnni"),   # stride 2: A's rows are not one row apart
+    ((1, 64, 16, 16, 32, 1, 2, 0), "int8-amx"),    # 1x1 stride 2: tiles load every other row
+    ((1, 128, 15, 15, 32, 3, 2, 1), "int8-amx"),   # 3x3 stride 2, padded: 8-row tiles
     ((1, 48, 14, 14, 32, 3, 1, 1), "int8-vnni"),   # 48 channels: no 64-byte tile row
-], ids=["3x3", "1x1", "stride2", "k48"])
+], ids=["3x3", "1x1", "1x1-stride2", "3x3-stride2", "k48"])
 def test_amx_qlinear_conv_matches_the_reference_exactly(shape, rule):
     model, x = _qlinear_conv(*shape, seed=sum(shape))
     compiled = hetc.compile(model, "cpu", cpu="sapphirerapids")

@@ -2,9 +2,9 @@
 
 The same blocks as the VNNI rule (``int8.py``: ``C[.., i, j] += int32(A[.., i, k]) *
 int32(W[.., j, .., k])``, A uint8, W an int8 constant), where the CPU has AMX-INT8 and the
-shapes fill tiles: j a multiple of 16, k of 64, and the innermost row axis of A (rows i at
-a stride of one row, so that convolutions with stride 1 qualify, strided ones do not) a
-multiple of 4 or more rows. One ``tdpbusd`` multiplies a tile of R x 64 uint8 (R <= 16 rows
+shapes fill tiles: j a multiple of 16, k of 64, and A's rows along the innermost row axis a
+fixed number of rows apart (matmuls, convs of any stride: a tile load takes a row stride), that
+axis divisible by a tile height from 16 down to 4. One ``tdpbusd`` multiplies a tile of R x 64 uint8 (R <= 16 rows
 of A) by 64 x 16 int8 (W) into R x 16 int32: 1,024 products, 16 times a 512-bit ``vpdpbusd``.
 The schedule keeps up to 2 x 2 accumulator tiles in the tile registers for a whole reduction:
 
@@ -83,12 +83,14 @@ def _config(cfg, rows: int) -> None:
 _registered: set[str] = set()  # the init intrinsic's name of each registered triple
 
 
-def _intrinsics(rows: int, tr: int, tc: int) -> tuple[str, str, str]:
+def _intrinsics(rows: int, tr: int, tc: int, stride: int) -> tuple[str, str, str]:
     """Names of the (init, update, store) tensor intrinsics for ``tr`` x ``tc`` accumulator tiles
-    of ``rows`` x 16 (``tr`` * ``rows`` rows of A, ``tc`` panels of W), registered on first use."""
-    names = tuple(f"hetc_amx_{part}_{rows}x{tr}x{tc}" for part in ("init", "update", "store"))
+    of ``rows`` x 16 (``tr`` * ``rows`` rows of A, ``stride`` rows of A apart, ``tc`` panels of
+    W), registered on first use."""
+    names = tuple(f"hetc_amx_{part}_{rows}x{tr}x{tc}_s{stride}" for part in ("init", "update", "store"))
     if names[0] not in _registered:
-        for name, (desc, impl) in zip(names, (_init(rows, tr, tc), _update(rows, tr, tc), _store(rows, tr, tc))):
+        parts = (_init(rows, tr, tc), _update(rows, tr, tc, stride), _store(rows, tr, tc))
+        for name, (desc, impl) in zip(names, parts):
             TensorIntrin.register(name, desc, impl, override=True)
         _registered.add(names[0])
     return names
@@ -130,40 +132,43 @@ def _init(rows: int, tr: int, tc: int):
     return desc, impl
 
 
-def _update(rows: int, tr: int, tc: int):
-    """``c[i, j] += a[i, k] * b[j / 16, k / 4, j % 16, k % 4]`` for k < 64: each A row tile and W
-    panel loaded once, ``tdpbusd`` into every accumulator tile."""
+def _update(rows: int, tr: int, tc: int, stride: int):
+    """``c[i, j] += a[stride * i, k] * b[j / 16, k / 4, j % 16, k % 4]`` for k < 64 (``stride``: a
+    strided conv's rows of A): each A row tile and W panel loaded once, ``tdpbusd`` into every
+    accumulator tile."""
     m, n = rows * tr, 16 * tc
+    span = (m - 1) * stride + 1  # rows of A the tile reads from
 
     def emit(a, b, sa, sb):
         for r in range(tr):
-            T.evaluate(_call("tileloadd64", T.uint8(A_TILES[r]), a.access_ptr("r", offset=r * rows * sa), T.int64(sa)))
+            T.evaluate(_call("tileloadd64", T.uint8(A_TILES[r]), a.access_ptr("r", offset=r * rows * stride * sa),
+                             T.int64(stride) * T.int64(sa)))
         for c in range(tc):
             T.evaluate(_call("tileloadd64", T.uint8(B_TILES[c]), b.access_ptr("r", offset=c * sb), T.int64(64)))
         for r, c, reg in _registers(tr, tc):
             T.evaluate(_call("tdpbusd", T.uint8(reg), T.uint8(A_TILES[r]), T.uint8(B_TILES[c])))
 
     @T.prim_func(s_tir=True)
-    def desc(a: T.Buffer((m, 64), "uint8", offset_factor=1), b: T.Buffer((tc, 16, 16, 4), "int8", offset_factor=1),
+    def desc(a: T.Buffer((span, 64), "uint8", offset_factor=1), b: T.Buffer((tc, 16, 16, 4), "int8", offset_factor=1),
              c: T.Buffer((m, n), "int32", offset_factor=1, scope="local")) -> None:
         with T.sblock("root"):
-            T.reads(c[0:m, 0:n], a[0:m, 0:64], b[0:tc, 0:16, 0:16, 0:4])
+            T.reads(c[0:m, 0:n], a[0:span, 0:64], b[0:tc, 0:16, 0:16, 0:4])
             T.writes(c[0:m, 0:n])
             for i, j, k in T.grid(m, n, 64):
                 with T.sblock("update"):
                     vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-                    c[vi, vj] = c[vi, vj] + T.cast(a[vi, vk], "int32") * T.cast(
+                    c[vi, vj] = c[vi, vj] + T.cast(a[vi * stride, vk], "int32") * T.cast(
                         b[vj // 16, vk // 4, vj % 16, vk % 4], "int32")
 
     @T.prim_func(s_tir=True)
     def impl(a_h: T.handle, b_h: T.handle, c_h: T.handle) -> None:
         sa = T.int32()
         sb = T.int32()
-        a = T.match_buffer(a_h, (m, 64), "uint8", offset_factor=1, strides=[sa, 1])
+        a = T.match_buffer(a_h, (span, 64), "uint8", offset_factor=1, strides=[sa, 1])
         b = T.match_buffer(b_h, (tc, 16, 16, 4), "int8", offset_factor=1, strides=[sb, 64, 4, 1])
         c = T.match_buffer(c_h, (m, n), "int32", offset_factor=1, scope="local")
         with T.sblock("root"):
-            T.reads(c[0:m, 0:n], a[0:m, 0:64], b[0:tc, 0:16, 0:16, 0:4])
+            T.reads(c[0:m, 0:n], a[0:span, 0:64], b[0:tc, 0:16, 0:16, 0:4])
             T.writes(c[0:m, 0:n])
             emit(a, b, sa, sb)
 
@@ -228,17 +233,26 @@ def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
     return sch if _schedule(sch, infos, main) else None
 
 
-def _unit_stride_rows(sch: Schedule, block, a_idx: int, row) -> bool:
-    """Whether A's rows along ``row`` are one index apart (``w + kw``, not ``2 w + kw``)."""
+def _row_stride(sch: Schedule, block, a_idx: int, row) -> int | None:
+    """How many rows of A apart the block's rows along ``row`` read (``w + kw``: 1, ``2 w + kw``
+    or ``2 w``: 2), or None when A's index is of another form."""
     indices = [r.min for r in sch.get(block).reads[a_idx].region]
     using = [e for e in indices if uses(e, row.var)]
     if len(using) != 1:
-        return False
+        return None
     index = using[0]
+    if isinstance(index, tirx.Add):
+        terms = [t for t in (index.a, index.b) if uses(t, row.var)]
+        if len(terms) != 1:
+            return None
+        index = terms[0]
     if isinstance(index, tirx.Var):
-        return index.same_as(row.var)
-    return isinstance(index, tirx.Add) and any(
-        side.same_as(row.var) and not uses(other, row.var) for side, other in ((index.a, index.b), (index.b, index.a)))
+        return 1 if index.same_as(row.var) else None
+    if isinstance(index, tirx.Mul):
+        for var, factor in ((index.a, index.b), (index.b, index.a)):
+            if isinstance(var, tirx.Var) and var.same_as(row.var) and isinstance(factor, tirx.IntImm):
+                return int(factor) if int(factor) > 0 else None
+    return None
 
 
 def _schedule(sch: Schedule, infos, main) -> bool:
@@ -256,11 +270,12 @@ def _schedule(sch: Schedule, infos, main) -> bool:
         return False
     a_idx, w_idx, pj, pk = found
     rows = next((r for r in ROWS if row.dom % r == 0), None)
-    if rows is None or not _unit_stride_rows(sch, main.block_rv, a_idx, row):
+    stride = _row_stride(sch, main.block_rv, a_idx, row)
+    if rows is None or stride is None:
         return False
     tr = 2 if (row.dom // rows) % 2 == 0 else 1
     tc = 2 if (j.dom // 16) % 2 == 0 else 1
-    init, update, store = _intrinsics(rows, tr, tc)
+    init, update, store = _intrinsics(rows, tr, tc, stride)
     stage_producers(sch, infos, main)
 
     preproc = sch.cache_read(main.block_rv, w_idx, "global")
