@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -83,16 +84,18 @@ def test_vnni_panels_narrow_to_the_columns(n, lanes, tmp_path):
 
 # --- AMX (Intel Sapphire Rapids on): compiled for sapphirerapids anywhere, run where the CPU has it
 
-AMX_SHAPES = [(128, 768, 768), (14, 64, 16), (28, 192, 48), (40, 128, 32)]
+AMX_SHAPES = [(128, 768, 768, True), (14, 64, 16, False), (28, 192, 48, True), (40, 128, 32, True)]
 
 
-@pytest.mark.parametrize("m, k, n", AMX_SHAPES, ids=["2x2-tiles", "one-tile", "2x1-tiles", "10-row-tiles"])
-def test_amx_matmul_integer_is_tdpbusd_and_exact(m, k, n, tmp_path):
+@pytest.mark.parametrize("m, k, n, zero_points", AMX_SHAPES,
+                         ids=["2x2-tiles", "one-tile-no-epilogue", "2x1-tiles", "10-row-tiles"])
+def test_amx_matmul_integer_is_tdpbusd_and_exact(m, k, n, zero_points, tmp_path):
     """Shapes that fill AMX tiles (k a multiple of 64, n of 16, rows in tiles of 4-16) run on the
-    tile unit: 2 x 2 accumulator tiles where both halves divide, else fewer, tiles of 14 or 8
-    rows where 16 does not divide the rows. The library holds ``tdpbusd`` and a tile
+    tile unit: 2 x 2 accumulator tiles where both halves divide, else fewer, tiles of 14 or 10
+    rows where 16 does not divide the rows; with zero points an epilogue reads the stored
+    tiles, without them the tiles are the output. The library holds ``tdpbusd`` and a tile
     configuration; where this CPU has AMX, the result is numpy's integers."""
-    model, a, want = _matmul_integer(m, k, n, True, seed=m + n)
+    model, a, want = _matmul_integer(m, k, n, zero_points, seed=m + n)
     compiled = hetc.compile(model, "cpu", cpu="sapphirerapids")
     assert "int8-amx" in compiled.report["kernels"].values(), compiled.report["kernels"]
     code = _objdump(compiled, tmp_path)
@@ -116,6 +119,39 @@ def test_amx_qlinear_conv_matches_the_reference_exactly(shape, rule):
     if not AMX:
         pytest.skip("this CPU has no AMX to run the code on")
     np.testing.assert_array_equal(compiled.run({"x": x})["y"], ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
+def test_amx_intrinsics_a_trace_names_are_registered_before_it_is_replayed():
+    """A tuning database's traces tensorize with intrinsics this process may not have made yet
+    (hetc registers them on first use): loading a database registers the ones it names."""
+    from tvm.s_tir import TensorIntrin
+
+    from hetc.backends.cpu.schedules.amx import register_traced
+
+    names = [f"hetc_amx_{part}_13x1x2_s3" for part in ("init", "update", "store")]
+    register_traced(['["Tensorize", ["l1"], ["hetc_amx_update_13x1x2_s3", 1], []]'])
+    for name in names:
+        assert TensorIntrin.get(name) is not None
+
+
+def test_amx_kernels_tune_and_replay_from_the_database(tmp_path):
+    """The tuner measures the AMX default schedule in its runner workers (which ask for the
+    tile state) and a compile in a fresh process replays it from the database."""
+    if not AMX:
+        pytest.skip("this CPU has no AMX to measure on")
+    model, a, want = _matmul_integer(32, 128, 32, True, seed=4)
+    path = tmp_path / "mmi.onnx"
+    onnx.save(model, path)
+    db = tmp_path / "db"
+    hetc.tune(path, target="cpu", trials=4, database=db, progress=False)
+    script = ("import sys, numpy as np, hetc; m = hetc.compile(sys.argv[1], 'cpu', database=sys.argv[2]); "
+              "np.save(sys.argv[3], m.run({'a': np.load(sys.argv[4])})['y']); print(sorted(set(m.report['kernels'].values())))")
+    np.save(tmp_path / "a.npy", a)
+    done = subprocess.run([sys.executable, "-c", script, str(path), str(db), str(tmp_path / "y.npy"), str(tmp_path / "a.npy")],
+                          check=False, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tuned" in done.stdout
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), want)
 
 def test_a_constant_zero_weight_zero_point_costs_nothing():
     """onnxruntime's dynamic quantization gives the weight a zero point of 0 (an initializer):

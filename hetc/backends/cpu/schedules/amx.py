@@ -34,6 +34,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import platform
+import re
+from collections.abc import Iterable
 
 import tvm
 from tvm import tirx
@@ -81,6 +83,16 @@ def _config(cfg, rows: int) -> None:
 
 
 _registered: set[str] = set()  # the init intrinsic's name of each registered triple
+_NAME = re.compile(r"hetc_amx_(?:init|update|store)_(\d+)x(\d+)x(\d+)_s(\d+)")
+
+
+def register_traced(traces: Iterable[str]) -> None:
+    """Register the AMX intrinsics that schedule traces (a tuning database's records, as JSON
+    text) name, so that replaying them can tensorize: this module registers each on first use,
+    and a process that only applies a database has scheduled nothing."""
+    for text in traces:
+        for rows, tr, tc, stride in set(_NAME.findall(text)):
+            _intrinsics(int(rows), int(tr), int(tc), int(stride))
 
 
 def _intrinsics(rows: int, tr: int, tc: int, stride: int) -> tuple[str, str, str]:
