@@ -84,7 +84,7 @@ def test_vnni_panels_narrow_to_the_columns(n, lanes, tmp_path):
 
 # --- AMX (Intel Sapphire Rapids on): compiled for sapphirerapids anywhere, run where the CPU has it
 
-AMX_SHAPES = [(128, 768, 768, True), (14, 64, 16, False), (28, 192, 48, True), (40, 128, 32, True)]
+AMX_SHAPES = [(128, 768, 768, True), (14, 128, 16, False), (28, 192, 48, True), (40, 128, 32, True)]
 
 
 @pytest.mark.parametrize("m, k, n, zero_points", AMX_SHAPES,
@@ -107,11 +107,12 @@ def test_amx_matmul_integer_is_tdpbusd_and_exact(m, k, n, zero_points, tmp_path)
 
 @pytest.mark.parametrize("shape, rule", [
     ((1, 64, 14, 14, 64, 3, 1, 1), "int8-amx"),    # 3x3, padded: rows along the width, 14 a tile
-    ((1, 64, 28, 28, 128, 1, 1, 0), "int8-amx"),   # 1x1: 2 tiles of 14 rows
-    ((1, 64, 16, 16, 32, 1, 2, 0), "int8-amx"),    # 1x1 stride 2: tiles load every other row
+    ((1, 128, 28, 28, 128, 1, 1, 0), "int8-amx"),  # 1x1: 2 tiles of 14 rows
+    ((1, 128, 16, 16, 32, 1, 2, 0), "int8-amx"),   # 1x1 stride 2: tiles load every other row
+    ((1, 64, 14, 14, 64, 1, 1, 0), "int8-vnni"),   # 1x1 over 64 channels: one tile step, VNNI's
     ((1, 128, 15, 15, 32, 3, 2, 1), "int8-amx"),   # 3x3 stride 2, padded: 8-row tiles
     ((1, 48, 14, 14, 32, 3, 1, 1), "int8-vnni"),   # 48 channels: no 64-byte tile row
-], ids=["3x3", "1x1", "1x1-stride2", "3x3-stride2", "k48"])
+], ids=["3x3", "1x1", "1x1-stride2", "1x1-k64", "3x3-stride2", "k48"])
 def test_amx_qlinear_conv_matches_the_reference_exactly(shape, rule):
     model, x = _qlinear_conv(*shape, seed=sum(shape))
     compiled = hetc.compile(model, "cpu", cpu="sapphirerapids")
