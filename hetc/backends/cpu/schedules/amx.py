@@ -114,7 +114,6 @@ def _intrinsics(rows: int, tr: int, tc: int, stride: int) -> tuple[str, str, str
     return names
 
 
-
 def _registers(tr: int, tc: int) -> list[tuple[int, int, int]]:
     """(row tile, column tile, accumulator register) of each accumulator tile."""
     return [(r, c, r * tc + c) for r in range(tr) for c in range(tc)]
@@ -312,7 +311,9 @@ def _schedule(sch: Schedule, infos, main) -> bool:
     epilogue = inline_chain(sch, acc, infos, main)
     sch.reverse_compute_at(epilogue, tile, preserve_unit_loops=True)
     local = sch.get(main.block_rv).writes[0].source
-    read = next(n for n, r in enumerate(sch.get(epilogue).reads) if r.source.same_as(local))
+    read = next((n for n, r in enumerate(sch.get(epilogue).reads) if r.source.same_as(local)), None)
+    if read is None:
+        return False
     tiles = sch.cache_read(epilogue, read, "local")
     sch.parallel(tile)
     zero = sch.decompose_reduction(main.block_rv, others[0] if others else ko)
