@@ -81,7 +81,6 @@ def test_vnni_panels_narrow_to_the_columns(n, lanes, tmp_path):
     assert re.search(rf"vpdpbusd\s.*%{register}", code), "no vpdpbusd on " + register
 
 
-
 # --- AMX (Intel Sapphire Rapids on): compiled for sapphirerapids anywhere, run where the CPU has it
 
 AMX_SHAPES = [(128, 768, 768, True), (14, 128, 16, False), (28, 192, 48, True), (40, 128, 32, True)]
@@ -153,6 +152,7 @@ def test_amx_kernels_tune_and_replay_from_the_database(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "tuned" in done.stdout
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), want)
+
 
 def test_a_constant_zero_weight_zero_point_costs_nothing():
     """onnxruntime's dynamic quantization gives the weight a zero point of 0 (an initializer):
