@@ -118,6 +118,10 @@ def sample_schedules(task, target: tvm.target.Target, count: int, seed: int, gui
     if cost_model is not None:
         cost_model.update(ctx, [r.as_measure_candidate() for r in records],
                           [ms.runner.RunnerResult(list(r.run_secs), None) for r in records])
+    # MetaSchedule's evolutionary search seeds its population with the database's best and does
+    # not skip what the database has measured: those are left out here ("not yet measured").
+    measured = ({tvm_ffi.structural_hash(r.as_measure_candidate().sch.mod) for r in records}
+                if cost_model is not None else set())
     spaces = ctx.generate_design_space()
     ctx.pre_tuning(max_trials=count * 2, num_trials_per_iter=min(64, count) if cost_model is None else count,
                    design_spaces=spaces, database=database, cost_model=cost_model)
@@ -128,7 +132,9 @@ def sample_schedules(task, target: tvm.target.Target, count: int, seed: int, gui
             if not batch:
                 break
             for cand in batch:
-                found.setdefault(tvm_ffi.structural_hash(cand.sch.mod), cand)
+                key = tvm_ffi.structural_hash(cand.sch.mod)
+                if key not in measured:
+                    found.setdefault(key, cand)
             if cost_model is not None:
                 break  # one ranked round: the model has nothing new to learn from until measured
             ctx.notify_runner_results(batch, [ms.runner.RunnerResult([1.0], None) for _ in batch])
