@@ -92,6 +92,14 @@ def _chosen(tasks: list, cover: float, max_tasks: int | None) -> list:
     return chosen
 
 
+def _trace_key(trace) -> tuple:
+    """A schedule trace's instructions and decisions, comparable across processes and databases
+    (a structural hash of the scheduled module is not: it sees the attributes of the module the
+    trace was applied to)."""
+    decisions = trace.decisions
+    return tuple((str(inst.kind.name), str(decisions[inst]) if inst in decisions else "") for inst in trace.insts)
+
+
 def sample_schedules(task, target: tvm.target.Target, count: int, seed: int, guide=None) -> tuple[str, list]:
     """Up to ``count`` distinct MetaSchedule candidates of ``task``: (the strategy, candidates).
 
@@ -120,8 +128,7 @@ def sample_schedules(task, target: tvm.target.Target, count: int, seed: int, gui
                           [ms.runner.RunnerResult(list(r.run_secs), None) for r in records])
     # MetaSchedule's evolutionary search seeds its population with the database's best and does
     # not skip what the database has measured: those are left out here ("not yet measured").
-    measured = ({tvm_ffi.structural_hash(r.as_measure_candidate().sch.mod) for r in records}
-                if cost_model is not None else set())
+    measured = {_trace_key(r.trace) for r in records} if cost_model is not None else set()
     spaces = ctx.generate_design_space()
     ctx.pre_tuning(max_trials=count * 2, num_trials_per_iter=min(64, count) if cost_model is None else count,
                    design_spaces=spaces, database=database, cost_model=cost_model)
@@ -132,9 +139,8 @@ def sample_schedules(task, target: tvm.target.Target, count: int, seed: int, gui
             if not batch:
                 break
             for cand in batch:
-                key = tvm_ffi.structural_hash(cand.sch.mod)
-                if key not in measured:
-                    found.setdefault(key, cand)
+                if _trace_key(cand.sch.trace) not in measured:
+                    found.setdefault(tvm_ffi.structural_hash(cand.sch.mod), cand)
             if cost_model is not None:
                 break  # one ranked round: the model has nothing new to learn from until measured
             ctx.notify_runner_results(batch, [ms.runner.RunnerResult([1.0], None) for _ in batch])
