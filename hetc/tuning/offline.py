@@ -93,9 +93,9 @@ def _chosen(tasks: list, cover: float, max_tasks: int | None) -> list:
 
 
 def _trace_key(trace) -> tuple:
-    """A schedule trace's instructions and decisions, comparable across processes and databases
-    (a structural hash of the scheduled module is not: it sees the attributes of the module the
-    trace was applied to)."""
+    """A schedule trace's instructions and decisions, comparable across processes and databases.
+    (Structural hashes of the scheduled modules, a record's replayed from the database, did not
+    recognise a re-proposed schedule in CI; why was not established.)"""
     decisions = trace.decisions
     return tuple((str(inst.kind.name), str(decisions[inst]) if inst in decisions else "") for inst in trace.insts)
 

@@ -45,7 +45,7 @@ from tvm.script import tirx as T
 from tvm.target import Target
 
 from .common import PREPROC, Rule, inline_chain, one_reduction, uses
-from .int8 import _operands, stage_producers
+from .int8 import operands, stage_producers
 
 ROWS = range(16, 3, -1)  # tile rows: the largest that divides the innermost row axis, at least 4
 A_TILES, B_TILES = (4, 5), (6, 7)  # tile registers of the operands; 0-3 accumulate
@@ -282,7 +282,7 @@ def _schedule(sch: Schedule, infos, main) -> bool:
     j, k, row = spatial[-1], reduce[-1], spatial[-2]
     if j.dom % 16 or k.dom % 64 or math.prod(it.dom for it in reduce) < MIN_REDUCTION:
         return False
-    found = _operands(sch, main.block_rv, spatial, reduce, {"uint8"})
+    found = operands(sch, main.block_rv, spatial, reduce, {"uint8"})
     if found is None:
         return False
     a_idx, w_idx, pj, pk = found

@@ -188,7 +188,7 @@ def apply_widened(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule |
     return _apply(func, target, kind) if kind is not None and kind.name == PMADDWD.name else None
 
 
-def _operands(sch: Schedule, block, spatial, reduce, a_dtypes):
+def operands(sch: Schedule, block, spatial, reduce, a_dtypes):
     """(A's read index, W's read index, position of j in W, position of k in W), or None; A's
     element type one of ``a_dtypes``."""
     stmt = sch.get(block)
@@ -228,7 +228,7 @@ def _schedule(sch: Schedule, infos, main, kind: Instruction) -> bool:
     lanes = next((n for n, _ in kind.intrinsics if j.dom % n == 0), None)
     if lanes is None or k.dom % kind.step:
         return False
-    found = _operands(sch, main.block_rv, spatial, reduce, {a for _, a in kind.intrinsics})
+    found = operands(sch, main.block_rv, spatial, reduce, {a for _, a in kind.intrinsics})
     if found is None:
         return False
     a_idx, w_idx, pj, pk = found
