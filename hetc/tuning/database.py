@@ -369,8 +369,8 @@ def _valid_rows(path: Path) -> Iterator[tuple[list, list]]:
 
 def _commit(path: Path, db: ms.database.Database, workload_rows: list, records) -> ms.database.Database:
     """``records`` ((workload index, record JSON) pairs) committed to ``db``, each workload once
-    (the AMX intrinsics the traces tensorize with registered first: hetc registers them on use)."""
-    from ..backends.cpu.schedules.amx import register_traced
+    (the tensor intrinsics the traces tensorize with registered first: hetc registers them on use)."""
+    from ..backends.cpu.schedules import register_traced
 
     records = list(records)
     register_traced(json.dumps(record) for _, record in records)

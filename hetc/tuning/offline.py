@@ -127,10 +127,12 @@ def sample_schedules(task, target: tvm.target.Target, count: int, seed: int, gui
         cost_model.update(ctx, [r.as_measure_candidate() for r in records],
                           [ms.runner.RunnerResult(list(r.run_secs), None) for r in records])
     # MetaSchedule's evolutionary search seeds its population with the database's best and does
-    # not skip what the database has measured: those are left out here ("not yet measured").
+    # not skip what the database has measured: those are left out here ("not yet measured"), so
+    # its one ranked round asks for that many more (it may rank every measured one on top).
     measured = {_trace_key(r.trace) for r in records} if cost_model is not None else set()
+    per_iter = min(64, count) if cost_model is None else count + len(measured)
     spaces = ctx.generate_design_space()
-    ctx.pre_tuning(max_trials=count * 2, num_trials_per_iter=min(64, count) if cost_model is None else count,
+    ctx.pre_tuning(max_trials=max(count * 2, per_iter), num_trials_per_iter=per_iter,
                    design_spaces=spaces, database=database, cost_model=cost_model)
     found: dict[int, object] = {}
     try:

@@ -27,6 +27,16 @@ RULES: list[Rule] = [winograd.RULE, amx.RULE, int8.RULE, int8.WIDENED_RULE, dept
                      generic.RULE]
 
 
+def register_traced(traces) -> None:
+    """Register the tensor intrinsics that schedule traces (a tuning database's records, as JSON
+    text) name, before they are replayed: the rules register theirs on first use, and a process
+    that only applies a database has scheduled nothing."""
+    traces = list(traces)
+    amx.register_traced(traces)
+    if any("hetc_dot_" in text for text in traces):
+        int8.register_intrinsics()
+
+
 def simd_lanes(target: tvm.target.Target) -> int:
     """float32 lanes of the widest vector unit LLVM may use on ``target``."""
     for feature, lanes in (("avx512f", 16), ("avx", 8), ("neon", 4), ("sse2", 4)):

@@ -32,6 +32,7 @@ lane per step instead of 4, never saturating, so the result is the exact integer
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -144,10 +145,18 @@ PMADDWD = Instruction("pmaddwd", 2, 12, {(lanes, a): f"hetc_dot_{lanes}x2_{a}i8i
 # without AVX512-BW, no 16-lane (zmm) vpmaddwd
 PMADDWD_AVX2 = Instruction(PMADDWD.name, PMADDWD.step, PMADDWD.registers,
                            {k: v for k, v in PMADDWD.intrinsics.items() if k[0] != 16})
-for (_lanes, _), _name in VNNI.intrinsics.items():
-    TensorIntrin.register(_name, *_intrinsic(_lanes), override=True)
-for (_lanes, _a), _name in PMADDWD.intrinsics.items():
-    TensorIntrin.register(_name, *_widened(_lanes, _a), override=True)
+
+
+@functools.cache
+def register_intrinsics() -> None:
+    """Register every tensor intrinsic above, once, on first use (``_apply``, or a tuning
+    database whose traces name them: ``tuning/database._commit``). Not at import: TVMScript's
+    ``T.prim_func`` calls ``inspect.stack()``, which under an import chain's frames cost about
+    7 s for these 9 pairs (0.3 s from a shallow stack), and every ``import hetc.api`` paid it."""
+    for (lanes, _), name in VNNI.intrinsics.items():
+        TensorIntrin.register(name, *_intrinsic(lanes), override=True)
+    for (lanes, a_dtype), name in PMADDWD.intrinsics.items():
+        TensorIntrin.register(name, *_widened(lanes, a_dtype), override=True)
 
 
 def has_vnni(target: Target) -> bool:
@@ -172,6 +181,7 @@ def _apply(func: tirx.PrimFunc, target: Target, kind: Instruction) -> Schedule |
     if found is None:
         return None
     sch, infos, main = found
+    register_intrinsics()
     if not _schedule(sch, infos, main, kind):
         return None
     return sch
