@@ -112,10 +112,14 @@ def plan(func: tirx.PrimFunc) -> tuple[int, np.ndarray, np.ndarray, list[int], s
         raise _Unsupported("block bound to something else")
 
     def flat(indices, shape):
-        full = [np.broadcast_to(_index(i, grids), extents or [1]) for i in indices]
-        if any(((i < 0) | (i >= d)).any() for i, d in zip(full, shape)):
+        # each index on the open grids (broadcastable, mostly small), bounds checked there, then
+        # one row-major sum: the only arrays of the weight's size are the partial sums
+        parts = [np.asarray(_index(i, grids), dtype=np.int64) for i in indices]
+        if any(p.min() < 0 or p.max() >= d for p, d in zip(parts, shape)):
             raise _Unsupported("index out of bounds")
-        return np.ravel_multi_index(full, shape).ravel() if shape else np.zeros(1, np.int64)
+        strides = np.cumprod([1, *shape[:0:-1]])[::-1] if shape else []
+        total = sum((p * int(s) for p, s in zip(parts, strides)), np.zeros((), np.int64))
+        return np.broadcast_to(total, extents or [1]).ravel()
 
     src, out = flat(value.indices, src_shape), flat(store.indices, out_shape)
     if not (np.bincount(out, minlength=out.size) == 1).all():

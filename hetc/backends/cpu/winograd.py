@@ -287,22 +287,34 @@ class _Winograd(PyExprMutator):  # pylint: disable=abstract-method
         if m is None:
             return call
         bb = self.builder_
-        v = bb.call_te(functools.partial(input_transform, geo=geo, m=m), call.args[0],
-                       primfunc_name_hint="winograd_input")
-        _set_pattern(bb, v, _OP_PATTERN_OPAQUE)
-        mm = bb.emit(relax.op.matmul(bb.emit(v), relax.const(weight_transform(weight, m))))
-        out = bb.call_te(functools.partial(output_transform, geo=geo, m=m), mm, primfunc_name_hint="winograd_output")
-        _set_pattern(bb, out, _OP_PATTERN_OUT_EWISE)
-        return out  # bound to the conv's variable (an alias binding would stop FuseOps)
+        func, shape = _transform_func(INPUT_BLOCK, geo, m)
+        v = bb.emit(relax.call_tir(bb.add_func(func, "winograd_input"), [call.args[0]],
+                                   relax.TensorType(shape, "float32")))
+        mm = bb.emit(relax.op.matmul(v, relax.const(weight_transform(weight, m))))
+        func, shape = _transform_func(OUTPUT_BLOCK, geo, m)
+        # bound to the conv's variable (an alias binding would stop FuseOps)
+        return relax.call_tir(bb.add_func(func, "winograd_output"), [mm], relax.TensorType(shape, "float32"))
 
 
-def _set_pattern(bb: relax.BlockBuilder, call: relax.Call, pattern: int) -> None:
-    """Give the PrimFunc ``call`` calls its fusion pattern (AnnotateTIROpPattern keeps one that
-    is set): the input transform fuses with nothing (inlined into its producer's kernel it
-    would recompute that kernel per tile), the output transform takes the elementwise
-    epilogue (bias, residual add, relu) like a conv does."""
-    gvar = call.args[0]
-    bb.update_func(gvar, bb.get()[gvar].with_attr("op_pattern", pattern))
+@functools.cache
+def _transform_func(block: str, geo: Geometry, m: int) -> tuple[tirx.PrimFunc, tuple[int, ...]]:
+    """The PrimFunc of one transform of F(``m``) for convs of ``geo`` and its output shape, made
+    once per process (a transform is a large expression: 50 ms to build; ResNet-50's 13
+    Winograd convs have 4 geometries; ``add_func`` gives identical functions one global).
+
+    Each carries its fusion pattern (AnnotateTIROpPattern keeps one that is set): the input
+    transform fuses with nothing (inlined into its producer's kernel it would recompute that
+    kernel per tile), the output transform takes the elementwise epilogue (bias, residual add,
+    relu) like a conv does."""
+    if block == INPUT_BLOCK:
+        src = te.placeholder((geo.n, geo.h, geo.w, geo.c), "float32", "x")
+        out, pattern = input_transform(src, geo, m), _OP_PATTERN_OPAQUE
+    else:
+        th, tw = geo.tiles(m)
+        src = te.placeholder(((m + 2) ** 2, geo.n * th * tw, geo.k), "float32", "m")
+        out, pattern = output_transform(src, geo, m), _OP_PATTERN_OUT_EWISE
+    func = te.create_prim_func([src, out], "int64").without_attr("global_symbol")
+    return func.with_attr("op_pattern", pattern), tuple(int(d) for d in out.shape)
 
 
 def decisions(mod: tvm.IRModule) -> list[dict]:
