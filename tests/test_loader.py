@@ -144,3 +144,31 @@ def test_dims_named_by_an_expression_become_plain_symbols():
     for name in (total, "past_sequence_length_sequence_length"):
         ranged = load_model(model, dims={name: (1, 7)})
         assert ranged.dims["past_sequence_length_sequence_length"] == (1, 7)
+
+
+def _big_weight_model(weight: np.ndarray) -> onnx.ModelProto:
+    """MatMul by a weight of more than 4 KB, then a Reshape by a small shape initializer."""
+    return make([helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Reshape", ["y", "s"], ["z"])],
+                [tensor("x", (2, 64))], [tensor("z", (128,))], {"w": weight, "s": np.array([128], np.int64)})
+
+
+def test_weights_keep_their_data_and_types_through_the_checks():
+    """The checker and shape inference see large initializers as typed inputs (they serialize
+    the model: seconds for a large one): the loaded model keeps every initializer's data, has no
+    extra inputs, and the types inference found (a small initializer's value, the Reshape shape,
+    still known to it)."""
+    weight = np.random.default_rng(0).normal(size=(64, 64)).astype(np.float32)
+    loaded = load_model(_big_weight_model(weight))
+    graph = loaded.proto.graph
+    assert [v.name for v in graph.input] == ["x"]
+    stored = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+    assert set(stored) == {"w", "s"} and np.array_equal(stored["w"], weight)
+    types = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in graph.value_info}
+    assert types["y"] == [2, 64]
+    assert [d.dim_value for d in graph.output[0].type.tensor_type.shape.dim] == [128]
+
+
+def test_a_large_weight_of_the_wrong_type_is_still_refused():
+    model = _big_weight_model(np.ones((64, 64), np.int32))
+    with pytest.raises(ModelLoadError, match="invalid ONNX model"):
+        load_model(model)
