@@ -124,7 +124,7 @@ def test_amx_qlinear_conv_matches_the_reference_exactly(shape, rule):
 def test_intrinsics_a_trace_names_are_registered_before_it_is_replayed():
     """A tuning database's traces tensorize with intrinsics the process has not made yet (hetc
     registers them on first use, not at import: TVMScript parsing under an import chain cost 7
-    s of every ``import hetc.api``): loading a database registers the ones it names."""
+    s of every ``import hetc.api`` on a 2-core Intel Xeon): loading a database registers the ones it names."""
     script = """if True:
         from tvm.s_tir import TensorIntrin
         import hetc.api

@@ -288,19 +288,20 @@ class _Winograd(PyExprMutator):  # pylint: disable=abstract-method
             return call
         bb = self.builder_
         func, shape = _transform_func(INPUT_BLOCK, geo, m)
-        v = bb.emit(relax.call_tir(bb.add_func(func, "winograd_input"), [call.args[0]],
+        v = bb.emit(relax.call_tir(bb.add_func(func, INPUT_BLOCK), [call.args[0]],
                                    relax.TensorType(shape, "float32")))
         mm = bb.emit(relax.op.matmul(v, relax.const(weight_transform(weight, m))))
         func, shape = _transform_func(OUTPUT_BLOCK, geo, m)
         # bound to the conv's variable (an alias binding would stop FuseOps)
-        return relax.call_tir(bb.add_func(func, "winograd_output"), [mm], relax.TensorType(shape, "float32"))
+        return relax.call_tir(bb.add_func(func, OUTPUT_BLOCK), [mm], relax.TensorType(shape, "float32"))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)  # bounded: a process may compile many models (torch.compile)
 def _transform_func(block: str, geo: Geometry, m: int) -> tuple[tirx.PrimFunc, tuple[int, ...]]:
     """The PrimFunc of one transform of F(``m``) for convs of ``geo`` and its output shape, made
-    once per process (a transform is a large expression: 50 ms to build; ResNet-50's 13
-    Winograd convs have 4 geometries; ``add_func`` gives identical functions one global).
+    once per process (a transform is a large expression: 50 ms to build on a 2-core Intel Xeon,
+    LLVM ``emeraldrapids``; ResNet-50's 13 Winograd convs have 4 geometries; ``add_func`` gives
+    identical functions one global).
 
     Each carries its fusion pattern (AnnotateTIROpPattern keeps one that is set): the input
     transform fuses with nothing (inlined into its producer's kernel it would recompute that

@@ -33,8 +33,7 @@ def register_traced(traces) -> None:
     that only applies a database has scheduled nothing."""
     traces = list(traces)
     amx.register_traced(traces)
-    if any("hetc_dot_" in text for text in traces):
-        int8.register_intrinsics()
+    int8.register_traced(traces)
 
 
 def simd_lanes(target: tvm.target.Target) -> int:

@@ -150,13 +150,21 @@ PMADDWD_AVX2 = Instruction(PMADDWD.name, PMADDWD.step, PMADDWD.registers,
 @functools.cache
 def register_intrinsics() -> None:
     """Register every tensor intrinsic above, once, on first use (``_apply``, or a tuning
-    database whose traces name them: ``tuning/database._commit``). Not at import: TVMScript's
+    database whose traces name them: ``register_traced``). Not at import: TVMScript's
     ``T.prim_func`` calls ``inspect.stack()``, which under an import chain's frames cost about
-    7 s for these 9 pairs (0.3 s from a shallow stack), and every ``import hetc.api`` paid it."""
+    7 s for these 9 pairs (0.3 s from a shallow stack; 2-core Intel Xeon, LLVM
+    ``emeraldrapids``), and every ``import hetc.api`` paid it."""
     for (lanes, _), name in VNNI.intrinsics.items():
         TensorIntrin.register(name, *_intrinsic(lanes), override=True)
     for (lanes, a_dtype), name in PMADDWD.intrinsics.items():
         TensorIntrin.register(name, *_widened(lanes, a_dtype), override=True)
+
+
+def register_traced(traces: list[str]) -> None:
+    """Register the intrinsics above if schedule traces (JSON text) name any of them."""
+    names = [*VNNI.intrinsics.values(), *PMADDWD.intrinsics.values()]
+    if any(name in text for text in traces for name in names):
+        register_intrinsics()
 
 
 def has_vnni(target: Target) -> bool:
