@@ -2,7 +2,7 @@
 
     python benchmarks/decode.py [--model gpt2-124m|llama-134m|gpt2-tiny|llama-tiny]
                                 [--past 32,480,2000] [--batch 1,4] [--prompt 16] [--new 32]
-                                [--repeat 20] [--weights int8] [--profile] [--json decode.json]
+                                [--repeat 20] [--weights int8] [--no-genai] [--profile] [--json decode.json]
 
 Exports a random-weight decoder (examples/hf_models.py: GPT-2 or Llama with grouped-query
 attention, past key/values in, presents out, ``position_ids``), then:
@@ -21,7 +21,13 @@ attention, past key/values in, presents out, ``position_ids``), then:
    (``hetc.benchmark.in_blocks``; onnxruntime with its default spinning workers), medians:
    ``hetc`` (session step at that past), ``hetc exported``, ``ort`` (numpy in and out) and
    ``ort iobinding`` (the cache bound as OrtValues, the presents left in onnxruntime's memory:
-   nothing copied through numpy). Tokens/s is batch / step time;
+   nothing copied through numpy) and, for Llama models where ``onnxruntime_genai`` imports,
+   ``ort-genai``: onnxruntime's generation runtime on the graph its own model builder makes from
+   the same weights (``hf_models.export_genai``: GroupQueryAttention over a cache of the whole
+   context shared in place), one ``generate_next_token`` per step (a forward pass and a greedy
+   pick); at batch 1 each step first rewinds to the past length, at larger batches genai cannot
+   rewind and the past grows by one per call (by ``repeat`` + 2 per block of 5 at most). Its
+   greedy tokens are compared with onnxruntime's as well. Tokens/s is batch / step time;
 4. the bytes a step must read: the weights every step reads (initializers not only gathered
    from; for the int8 build, as it stores them) plus the valid cache, against the machine's memory bandwidth measured in the same run
    (a numpy copy of 1 GiB on every core: bytes read + written per second): ``% bw`` is how close
@@ -161,6 +167,28 @@ def profile_session(model, ids: np.ndarray, top: int = 12, runs: int = 3) -> dic
     return {"total_ms": sum(v[0] for v in rows.values()), "kernels": [(n, ms, c) for n, (ms, c) in ranked[:top]]}
 
 
+class GenaiStep:
+    """onnxruntime-genai primed with ``ids`` (their cache in its shared buffer); a step generates
+    one token. At batch 1 it rewinds to ``ids``' length first (every step at that past); genai
+    rewinds only batch 1, so at larger batches the past grows by one per step, ``steps`` at most."""
+
+    def __init__(self, model, ids: np.ndarray, steps: int) -> None:
+        import onnxruntime_genai as og
+
+        batch, past = ids.shape
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=past + steps + 2, min_length=past + steps + 2, do_sample=False,
+                                  batch_size=batch)
+        self.generator = og.Generator(model, params)
+        self.generator.append_tokens(np.ascontiguousarray(ids, np.int32))
+        self.past = past if batch == 1 else None
+
+    def step(self):
+        if self.past is not None:
+            self.generator.rewind_to(self.past)
+        self.generator.generate_next_token()
+
+
 class OrtBound:
     """onnxruntime with IOBinding: the cache bound as OrtValues, outputs left in its memory."""
 
@@ -196,6 +224,20 @@ def positions_of(config: str) -> tuple[int, int]:
     return args.get("vocab_size", 50257), args.get("n_positions", 1024)
 
 
+def genai_available(config: str) -> bool:
+    """Whether onnxruntime-genai imports and its model builder takes ``config`` (Llama: it has
+    no GPT-2)."""
+    import hf_models
+
+    if config not in hf_models.LLAMA_CONFIGS:
+        return False
+    try:
+        import onnxruntime_genai  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gpt2-124m", help="examples/hf_models.py GPT2_CONFIGS or LLAMA_CONFIGS name")
@@ -206,6 +248,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--weights", choices=["int8"], help="also a build with int8 weights")
     parser.add_argument("--no-exported", action="store_true", help="skip the build with the exported cache signature")
+    parser.add_argument("--no-genai", action="store_true", help="skip onnxruntime-genai (Llama models, where it imports)")
     parser.add_argument("--profile", action="store_true", help="the in-place builds' kernels at the largest past")
     parser.add_argument("--work", type=Path, help="where to write the model (default: a temporary directory)")
     parser.add_argument("--json", type=Path, default=Path("decode.json"))
@@ -237,6 +280,14 @@ def main() -> int:
             builds[name] = hetc.compile(path, dims=dims, **extra)
             result.setdefault("compile_s", {})[name] = time.perf_counter() - start
         session = ort_session(path, threads, spinning=True)
+        genai = None
+        if not args.no_genai and genai_available(args.model):
+            import hf_models
+            import onnxruntime_genai as og
+
+            start = time.perf_counter()
+            genai = og.Model(str(hf_models.export_genai(path.parent / "genai", args.model, threads=threads)))
+            result["compile_s"]["ort-genai (model builder)"] = time.perf_counter() - start
         console.print("compiled in " + ", ".join(f"{k} {v:.1f} s" for k, v in result["compile_s"].items()))
         bandwidth = copy_bandwidth(threads)
         weights = weight_bytes(path)
@@ -254,8 +305,12 @@ def main() -> int:
             before = rss_mb()
             tokens[name] = hetc.generate(loop, prompt, args.new)
             rss[name] = {"before_mb": before, "after_mb": rss_mb()}
+        if genai is not None:
+            import hf_models
+
+            tokens["ort-genai"] = hf_models.genai_generate(genai, prompt, args.new)
         agree = {k: float(np.mean(t[0, args.prompt:] == tokens["ort"][0, args.prompt:])) for k, t in tokens.items()}
-        ok = all(v == 1.0 for k, v in agree.items() if "int8" not in k)
+        ok = all(v == 1.0 for k, v in agree.items() if "int8" not in k and k != "ort-genai")  # hetc's builds
         result["generate"] = {"agreement_with_ort": agree, "rss": rss, "prompt": args.prompt, "new": args.new,
                               "tokens": {k: t[0, args.prompt:].tolist() for k, t in tokens.items()}}
 
@@ -279,6 +334,9 @@ def main() -> int:
                     steps["hetc exported"] = lambda r=exported, c=resident, i=step_ids, m=mask: r.step(i, m, c)
                 steps["ort"] = lambda r=ort_loop, i=step_ids, m=mask, c=cache: r.step(i, m, c)
                 steps["ort iobinding"] = OrtBound(session, feeds).step
+                calls = args.repeat + 2 * -(-args.repeat // 5)  # in_blocks' timed and warm-up calls
+                if genai is not None and past + calls + 2 <= positions:
+                    steps["ort-genai"] = GenaiStep(genai, ids, calls).step
                 times = in_blocks(steps, args.repeat)
                 cache_bytes = sum(c.nbytes for c in cache)
                 read = weights + cache_bytes

@@ -113,16 +113,138 @@ LLAMA_CONFIGS = {
 }
 
 
-def export_llama(path: Path, config: str | dict = "llama-tiny", seed: int = 0) -> Path:
-    """Export a random-weight LlamaForCausalLM (RoPE, grouped-query attention, SiLU MLP) with its
-    KV cache to ``path``: the inputs and outputs of ``export_gpt2`` with ``position_ids``, the
-    cache ``[batch, kv_heads, past_seq, head_dim]``."""
+def llama_model(config: str | dict = "llama-tiny", seed: int = 0):
+    """A random-weight LlamaForCausalLM (RoPE, grouped-query attention, SiLU MLP), eval mode:
+    the same weights for the same ``config`` and ``seed``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     args = LLAMA_CONFIGS[config] if isinstance(config, str) else config
     torch.manual_seed(seed)
-    return export_decoder(path, LlamaForCausalLM(LlamaConfig(**args, attn_implementation="eager")).eval(), True)
+    return LlamaForCausalLM(LlamaConfig(**args, attn_implementation="eager")).eval()
+
+
+def export_llama(path: Path, config: str | dict = "llama-tiny", seed: int = 0) -> Path:
+    """Export ``llama_model(config, seed)`` with its KV cache to ``path``: the inputs and outputs
+    of ``export_gpt2`` with ``position_ids``, the cache ``[batch, kv_heads, past_seq, head_dim]``."""
+    return export_decoder(path, llama_model(config, seed), True)
+
+
+def export_genai(out: Path, config: str | dict = "llama-tiny", seed: int = 0, threads: int = 0) -> Path:
+    """``llama_model(config, seed)`` built for onnxruntime-genai, the runtime onnxruntime ships
+    for generation (its graph: GroupQueryAttention over a cache of the whole context updated in
+    place, ``past_present_share_buffer``), by genai's own model builder
+    (``onnxruntime_genai.models.builder``, float32, CPU) from a transformers checkpoint saved in
+    ``out/hf`` with a word-level tokenizer of one token per id (the builder wants one; token ids
+    go in and out as they are). ``threads`` (0: onnxruntime's default) goes into its session
+    options. Returns the model folder ``out/genai`` (``onnxruntime_genai.Model(path)``).
+    Raises RuntimeError with the builder's last lines if it fails."""
+    import json
+    import subprocess
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    out = Path(out)
+    checkpoint, built = out / "hf", out / "genai"
+    model = llama_model(config, seed)
+    model.save_pretrained(checkpoint)
+    vocab = {f"t{i}": i for i in range(model.config.vocab_size)}
+    words = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", bos_token="t1", eos_token="t2") \
+        .save_pretrained(checkpoint)
+    done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint),
+                           "-o", str(built), "-p", "fp32", "-e", "cpu", "-c", str(out / "cache")],
+                          check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError("onnxruntime-genai's model builder failed: "
+                           + " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:]))
+    settings = built / "genai_config.json"
+    genai = json.loads(settings.read_text())
+    if threads:
+        genai["model"]["decoder"]["session_options"]["intra_op_num_threads"] = threads
+    settings.write_text(json.dumps(genai, indent=4))
+    return built
+
+
+def export_merged_llama(path: Path, config: str | dict = "llama-tiny", seed: int = 0) -> Path:
+    """``llama_model(config, seed)`` as optimum's merged decoder: one ``If`` on a boolean input
+    ``use_cache_branch`` between the decoder without a past (else) and the one with it (then),
+    built here from two ``export_decoder`` exports as optimum's post-processing merges its two
+    (``optimum-onnx`` pins an older transformers). Also as optimum does, the inputs are declared
+    as the no-past decoder's: ``attention_mask [batch_size, sequence_length]``, which with a past
+    is longer; the presents ``[batch_size, kv_heads, past_sequence_length + sequence_length,
+    head_dim]``. Each branch's initializers sit in the outer graph, prefixed by the branch."""
+    import tempfile
+
+    import onnx
+    from onnx import helper
+
+    model = llama_model(config, seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        branches = {name: onnx.load(str(export_decoder(Path(tmp) / f"{name}.onnx", model, True, with_past=past)))
+                    for name, past in (("with_past", True), ("no_past", False))}
+    outer = branches["with_past"].graph
+    initializers, graphs = [], {}
+    for name, proto in branches.items():
+        graph = proto.graph
+        local = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+
+        def renamed(value: str, name=name, local=local) -> str:
+            return f"{name}/{value}" if value in local else value
+
+        for tensor in graph.initializer:
+            tensor.name = renamed(tensor.name)
+            initializers.append(tensor)
+        nodes = []
+        for node in graph.node:
+            node.input[:] = [renamed(v) for v in node.input]
+            node.output[:] = [renamed(v) for v in node.output]
+            node.name = f"{name}/{node.name}"
+            nodes.append(node)
+        outputs = [helper.make_value_info(renamed(o.name), onnx.TypeProto(tensor_type=onnx.TypeProto.Tensor(
+            elem_type=o.type.tensor_type.elem_type))) for o in graph.output]
+        graphs[name] = helper.make_graph(nodes, name, [], outputs)
+
+    def declared(value, dims):
+        return helper.make_tensor_value_info(value.name, value.type.tensor_type.elem_type, dims)
+
+    heads, head_dim = decoder_cache_shape(model.config)
+    names = {"batch": "batch_size", "seq": "sequence_length", "past_seq": "past_sequence_length",
+             "total_seq": "past_sequence_length + sequence_length"}
+    graph_inputs = [declared(v, ["batch_size", "sequence_length"]) for v in outer.input if v.name in
+                    ("input_ids", "attention_mask", "position_ids")]
+    graph_inputs += [declared(v, ["batch_size", heads, "past_sequence_length", head_dim]) for v in outer.input
+                     if v.name not in ("input_ids", "attention_mask", "position_ids")]
+    graph_inputs.append(helper.make_tensor_value_info("use_cache_branch", onnx.TensorProto.BOOL, [1]))
+    graph_outputs = [declared(o, [names.get(d.dim_param, d.dim_param) or d.dim_value
+                                  for d in o.type.tensor_type.shape.dim]) for o in outer.output]
+    node = helper.make_node("If", ["use_cache_branch"], [o.name for o in outer.output], name="optimum::if",
+                            then_branch=graphs["with_past"], else_branch=graphs["no_past"])
+    merged = helper.make_model(helper.make_graph([node], "merged", graph_inputs, graph_outputs, initializers),
+                               opset_imports=branches["with_past"].opset_import)
+    merged.ir_version = branches["with_past"].ir_version
+    path = Path(path)
+    onnx.save(merged, str(path))
+    return path
+
+
+def genai_generate(model, prompt, new: int):
+    """Greedy decoding with onnxruntime-genai: ``prompt`` ``[batch, len]`` token ids, ``new`` tokens
+    each (end-of-sequence does not stop it: ``min_length``); ``[batch, len + new]`` as
+    ``hetc.generate`` returns. ``model``: an ``onnxruntime_genai.Model``."""
+    import numpy as np
+    import onnxruntime_genai as og
+
+    batch, length = prompt.shape
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=length + new, min_length=length + new, do_sample=False, batch_size=batch)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.ascontiguousarray(prompt, np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    return np.stack([np.asarray(generator.get_sequence(row), np.int64) for row in range(batch)])
 
 
 def train_byte_gpt2(steps: int = 300, seed: int = 0, log=None):
@@ -170,9 +292,10 @@ def decoder_cache_shape(config) -> tuple[int, int]:
     return heads, hidden // (getattr(config, "num_attention_heads", None) or config.n_head)
 
 
-def export_decoder(path: Path, model, position_ids: bool) -> Path:
+def export_decoder(path: Path, model, position_ids: bool, with_past: bool = True) -> Path:
     """Export a transformers causal LM (eval mode) with flat cache tensors in and out (module
-    names as ``export_gpt2``); ``position_ids``: take them as an input."""
+    names as ``export_gpt2``); ``position_ids``: take them as an input; ``with_past=False``: no
+    past inputs (the prompt's decoder: the presents hold the prompt's keys and values alone)."""
     import onnx
     import torch
     from transformers import DynamicCache
@@ -198,6 +321,10 @@ def export_decoder(path: Path, model, position_ids: bool) -> Path:
     ids = torch.randint(0, cfg.vocab_size, (batch, seq))
     mask = torch.ones(batch, past_seq + seq, dtype=torch.int64)
     positions = [torch.arange(past_seq, past_seq + seq).expand(batch, seq)] if position_ids else []
+    if not with_past:
+        past_seq, past_names = 0, []
+        mask = torch.ones(batch, seq, dtype=torch.int64)
+        positions = [torch.arange(seq).expand(batch, seq)] if position_ids else []
     past = [torch.randn(batch, heads, past_seq, head_dim) for _ in past_names]
     names = ["input_ids", "attention_mask", *(["position_ids"] if position_ids else []), *past_names]
     dynamic = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total_seq"},

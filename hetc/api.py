@@ -276,7 +276,7 @@ def _import(model: ModelSource, targets: list[Target], options: CompileOptions,
         loaded, mod = model, torch_frontend.to_relax(model)
     else:
         loaded = load_model(model, options.input_shapes, base_dir, constant_inputs, options.dims,
-                            fuse_qdq_convs=cpu_int8.integer_kernels(options))
+                            fuse_qdq_convs=cpu_int8.integer_kernels(options), decoder_cache=bool(options.kv_cache))
         mod = to_relax(loaded)
     crash.set_stage("op graph")
     times = {"import": time.perf_counter() - start}

@@ -52,6 +52,22 @@ def test_greedy_tokens_match_onnxruntime(decoder):
     assert len(set(ours[:, 6:].ravel().tolist())) > 8  # not one repeated token: a real comparison
 
 
+def test_greedy_tokens_match_onnxruntime_genai(decoder, tmp_path):
+    """onnxruntime-genai, onnxruntime's own generation runtime, built by its model builder from
+    the same checkpoint (its graph: GroupQueryAttention, RoPE and a cache shared in place, not
+    the torch export hetc compiled): the same greedy tokens, two rows of 64."""
+    _, _, path = decoder
+    if path.stem != "llama":
+        pytest.skip("onnxruntime-genai's model builder has no GPT-2")
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
+    import hf_models
+
+    compiled, _, _ = decoder
+    prompt = np.random.default_rng(1).integers(0, 1000, (2, 6))
+    theirs = hf_models.genai_generate(og.Model(str(hf_models.export_genai(tmp_path, "llama-tiny"))), prompt, 64)
+    np.testing.assert_array_equal(hetc.generate(compiled, prompt, 64), theirs)
+
+
 def test_attention_reads_the_buffers_in_place(decoder):
     """No concat of the cache and no copy of its prefix: the attention kernels read the buffers
     (``kv_scores``/``kv_mix``), the step writes its entries in place (``kv_write``), and ``main``
@@ -175,6 +191,68 @@ def test_a_model_without_a_cache_is_refused(tmp_path):
     plain = hetc.compile(path)
     with pytest.raises(UsageError, match="compiled with its cache in place"):
         hetc.session(plain)
+
+
+MERGED_DIMS = {"batch_size": (1, 4), "sequence_length": (1, 64), "past_sequence_length": (0, 128)}
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory):
+    """A Llama as optimum's merged decoder (``hf_models.export_merged_llama``): an If on
+    ``use_cache_branch`` between the decoders without and with a past, inputs declared as the
+    first's (``attention_mask [batch_size, sequence_length]``)."""
+    pytest.importorskip("torch", reason="torch exports the model")
+    pytest.importorskip("transformers", reason="transformers builds the model")
+    import hf_models
+
+    return hf_models.export_merged_llama(tmp_path_factory.mktemp("merged") / "merged.onnx")
+
+
+def test_a_merged_decoder_decodes_on_its_cache_branch(merged):
+    """Compiled with the cache in place, the merged decoder runs its branch with the past on every
+    call (a prompt is a step over an empty past), reads the buffers in place, and decodes as
+    onnxruntime's loop over the merged model, which takes the other branch for the prompt."""
+    import onnxruntime as ort
+
+    compiled = hetc.compile(merged, dims=MERGED_DIMS, kv_cache=MAX_LEN)
+    assert compiled.manifest.kv_cache["step_inputs"] == ["input_ids", "attention_mask", "position_ids"]
+    assert {"kv_write", "kv_scores", "kv_mix"} <= {k.rstrip("0123456789_") for k in compiled.report["kernels"]}
+    prompt = np.random.default_rng(2).integers(0, 1000, (2, 6))
+    ours = hetc.generate(compiled, prompt, 64)
+    np.testing.assert_array_equal(ours, hetc.generate(ort.InferenceSession(str(merged)), prompt, 64))
+    assert len(set(ours[:, 6:].ravel().tolist())) > 8
+
+
+def test_a_cache_write_nothing_reads_is_refused(merged, monkeypatch):
+    """Relax drops a call whose result nothing reads; a cache write the attention does not read
+    (it reads another concat of the same past) would leave the buffers stale. Without the twin
+    concats found, the build refuses instead of decoding on an empty cache."""
+    from hetc.passes import kv_cache
+
+    monkeypatch.setattr(kv_cache, "_twins", lambda *args: [])
+    with pytest.raises(UsageError, match="nothing reads 'present.0.key' after its entries are written"):
+        hetc.compile(merged, dims=MERGED_DIMS, kv_cache=MAX_LEN)
+
+
+def test_an_if_on_a_flag_whose_branches_read_the_same_inputs_is_refused(tmp_path):
+    """Which branch has the past is told by what each reads; branches that read the same inputs
+    are refused with the If named."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def branch(op: str) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node(op, ["x"], ["y_" + op])], op, [],
+                                 [helper.make_tensor_value_info("y_" + op, TensorProto.FLOAT, [2])])
+
+    graph = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["y"], name="pick", then_branch=branch("Relu"), else_branch=branch("Neg"))],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+              helper.make_tensor_value_info("flag", TensorProto.BOOL, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    path = tmp_path / "if.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    with pytest.raises(UsageError, match="neither branch of If 'pick' on 'flag'"):
+        hetc.compile(path, kv_cache=16)
 
 
 def test_the_command_line_compiles_with_the_cache_in_place(decoder, tmp_path):

@@ -505,6 +505,12 @@ def test_optimum_merged_gpt2_decoder_generates_like_onnxruntime(tmp_path):
     tokens = hetc.generate(compiled, prompt, max_new_tokens=16)
     assert tokens.shape == (2, 21)
     assert (tokens == hetc.generate(session, prompt, max_new_tokens=16)).all()
+    # with the cache in place: the branch with the past on every call, as optimum declares it
+    # (hetc/frontends/onnx/merged_decoder.py re-declares the mask's length)
+    in_place = hetc.compile(tmp_path / "decoder_model_merged.onnx", kv_cache=64, dims={
+        "batch_size": (1, 2), "sequence_length": (1, 32), "past_sequence_length": (0, 32)})
+    assert "kv_write" in {k.rstrip("0123456789_") for k in in_place.report["kernels"]}
+    assert (hetc.generate(in_place, prompt, max_new_tokens=16) == tokens).all()
 
 
 def test_branch_function_dims_keep_the_callers_ranges():

@@ -254,6 +254,7 @@ def inplace_cache(mod: tvm.IRModule, pairs: list[tuple[str, str]], step_inputs: 
         concats.append((by_output[present], value.args[0].fields[1]))
     step_params = [input_var(n) for n in step_inputs]
     new_dim = _new_dim(concats[0][0], slots[0], past_dim, step_params)
+    concats = [(present, new, _twins(bindings, present, new)) for present, new in concats]
     args = (mod, func, slots, concats, [input_var(s.past) for s in slots], step_params, bindings, past_dim)
     out = _rewrite(*args)
     keys = _scores_only(out, len(slots))  # caches only Q @ K^T reads: kept transposed
@@ -269,18 +270,49 @@ def _rewrite(mod, func, slots, concats, pasts, step_params, bindings, past_dim) 
     batch = pasts[0].ty.shape.values[0]
     buffers = [relax.Var(f"cache_{i}", relax.TensorType([batch, *[tirx.IntImm("int64", d) for d in s.shape[1:]]],
                                                          s.dtype)) for i, s in enumerate(slots)]
-    rewrite = {present: (buffer, new, slot) for (present, new), buffer, slot in zip(concats, buffers, slots)}
+    rewrite = {var: (buffer, new, slot) for (present, new, twins), buffer, slot in zip(concats, buffers, slots)
+               for var in (present, *twins)}
     pos = relax.Var(POS_INPUT, relax.TensorType([batch], "int64"))
     past_shape = relax.Var(PAST_INPUT, relax.ShapeType([past_dim]))
     new_params = [*step_params, *buffers, pos, past_shape]
     views = {past: (buffer, slot) for past, buffer, slot in zip(pasts, buffers, slots)}
     mutator = _InPlace(mod, rewrite, views, bindings, func.body.body, pos, past_dim)
     body = mutator.visit_expr(func.body)
+    if isinstance(func.body.body, relax.Tuple):  # returned as a tuple expression, not a bound var
+        body = mutator.builder_.normalize(relax.SeqExpr(body.blocks, body.body.fields[0]))  # (an If folded)
     new = relax.Function(new_params, body, None, func.is_pure, func.attrs).with_attr("num_input", len(new_params))
     out = mutator.builder_.get()
     out["main"] = new
     out = relax.transform.Normalize()(out)
-    return relax.transform.DeadCodeElimination()(out)
+    out = relax.transform.DeadCodeElimination()(out)
+    _check_written(out, slots)
+    return out
+
+
+def _check_written(mod: tvm.IRModule, slots) -> None:
+    """Every buffer is written in place by ``main``: a write nothing reads is dead code to Relax
+    (its calls are pure), and a step that dropped it would decode on a stale cache."""
+    written = set()
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and value.op == _op("relax.call_tir_inplace"):
+                written |= {a.name for a in value.args[1].fields if isinstance(a, relax.Var)}
+    for i, slot in enumerate(slots):
+        if f"cache_{i}" not in written:
+            raise UsageError(f"cannot keep the cache in place: nothing reads '{slot.present}' after its entries "
+                             "are written (the attention reads another copy of the cache)")
+
+
+def _twins(bindings: dict, present: relax.Var, new: relax.Expr) -> list[relax.Var]:
+    """Other bindings of the same ``Concat(past, new)`` as ``present`` (an If's branch converted
+    alone, optimum's merged decoder: the attention reads one concat, the output is another)."""
+    value = bindings[present]
+    past = _resolve(bindings, value.args[0].fields[0])
+    return [var for var, other in bindings.items() if not var.same_as(present) and isinstance(other, relax.Call)
+            and other.op == value.op and isinstance(other.args[0], relax.Tuple) and len(other.args[0].fields) == 2
+            and int(other.attrs.axis) == int(value.attrs.axis) and other.args[0].fields[1].same_as(new)
+            and _resolve(bindings, other.args[0].fields[0]).same_as(past)]
 
 
 def _scores_only(mod: tvm.IRModule, count: int) -> set[int]:
@@ -328,6 +360,7 @@ class _InPlace(relax.PyExprMutator):
         self.kernels: dict = {}
         self.view_vars: dict = {}
         self.written: dict = {}  # present var -> (its written buffer, axis, valid length)
+        self.done: dict = {}  # buffer -> the same, once written
 
     def _kernel(self, buffer: relax.Var, slot: CacheSlot):
         shape = [int(d) if isinstance(d, tirx.IntImm) else d for d in buffer.ty.shape.values]
@@ -348,13 +381,17 @@ class _InPlace(relax.PyExprMutator):
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         var, value = binding.var, binding.value
-        if var in self.rewrite:
+        if var in self.rewrite and self.rewrite[var][0] in self.done:  # a twin of a written concat
+            self.written[var] = self.done[self.rewrite[var][0]]
+            written, slot, total = self.written[var]
+            self.set_var_remap(var, _prefix(self.builder_, written, slot.axis, total, slot.transposed))
+        elif var in self.rewrite:
             buffer, new, slot = self.rewrite[var]
             written = self.builder_.emit(relax.call_tir_inplace(
                 self._kernel(buffer, slot), [buffer, self.visit_expr(new), self.pos], [0], buffer.ty),
                 f"{buffer.name}_written")
             total = var.ty.shape.values[2 if slot.transposed else slot.axis]
-            self.written[var] = (written, slot, total)
+            self.written[var] = self.done[buffer] = (written, slot, total)
             self.set_var_remap(var, _prefix(self.builder_, written, slot.axis, total, slot.transposed))
         elif var.same_as(self.result):
             self.set_var_remap(var, self.builder_.emit_output(self.visit_expr(value.fields[0]), "logits"))

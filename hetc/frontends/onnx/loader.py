@@ -28,6 +28,7 @@ from ...errors import ModelLoadError, ShapeError, UnsafePathError, UnsupportedOp
 from ...options import MAX_DIM
 from . import registry, validate
 from .fold import fold_shape_computations
+from .merged_decoder import cache_branch
 from .qdq import fuse_qdq
 from .validate import graphs as _graphs
 from .validate import tensors as _tensors
@@ -492,14 +493,18 @@ def freeze_inputs(model: onnx.ModelProto, values: Mapping[str, np.ndarray], labe
 def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
                base_dir: str | os.PathLike | None = None,
                constant_inputs: Mapping[str, np.ndarray] | None = None,
-               dims: Mapping[str, Sequence[int]] | None = None, fuse_qdq_convs: bool = False) -> LoadedModel:
+               dims: Mapping[str, Sequence[int]] | None = None, fuse_qdq_convs: bool = False,
+               decoder_cache: bool = False) -> LoadedModel:
     """Read, validate and shape-bind a model from a path or a ``ModelProto``; inputs named in
     ``constant_inputs`` become constants with those values; ``dims`` gives symbolic dims their
     (low, high) range; ``fuse_qdq_convs``: QDQ convs become QLinearConv (``qdq.py``; for
-    targets with int8 kernels)."""
+    targets with int8 kernels); ``decoder_cache``: a merged decoder takes its branch with the
+    past (``merged_decoder.py``; for builds with the cache in place)."""
     model, label = read_model(source, base_dir)
     if constant_inputs:
         freeze_inputs(model, constant_inputs, label)
+    if decoder_cache:
+        cache_branch(model, label)
     model = _expand_functions(model, label)
     check_supported(model, label)
     try:

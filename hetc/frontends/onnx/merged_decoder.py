@@ -1,0 +1,91 @@
+"""A merged decoder specialized to the branch that reads its cache (``kv_cache`` builds).
+
+optimum exports a decoder as one "merged" model: its whole graph is an ``If`` on a boolean input
+(``use_cache_branch``) between the decoder without a past (the prompt) and the decoder with one
+(every later step). A build that keeps the cache in place (``hetc/passes/kv_cache.py``) runs
+every call on the cache: a prompt is a step over an empty past. So ``cache_branch`` freezes the
+condition to the branch that reads the past inputs; the importer then converts that branch
+alone (a constant condition), and the in-place rewrite finds its ``Concat(past, new)``.
+
+The merged model declares its inputs as the no-past decoder does: ``attention_mask`` as
+``[batch, sequence_length]``, while with a past it covers the past and the step. When the
+mask's length is declared as the step's, it is re-declared as the presents' length
+(``past_sequence_length + sequence_length``), as optimum's decoder-with-past declares it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ...errors import UsageError
+from .ops.control_flow import outer_names
+
+MASK = "attention_mask"
+
+
+def cache_branch(model: onnx.ModelProto, label: str) -> dict[str, bool]:
+    """Freeze (in place) each boolean input that only chooses between a branch without and a
+    branch with the model's other inputs (the past) to the branch that reads more of them; fix
+    the mask's declared length (module docstring). Returns {input: value frozen} ({} for a model
+    without such an ``If``)."""
+    graph = model.graph
+    inputs = {v.name: v for v in graph.input}
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                for name in outer_names(attr.g):
+                    users.setdefault(name, []).append(node)
+    frozen: dict[str, bool] = {}
+    for name, value in inputs.items():
+        tensor = value.type.tensor_type
+        nodes = users.get(name, [])
+        if (tensor.elem_type != onnx.TensorProto.BOOL or not nodes
+                or any(node.op_type != "If" or list(node.input) != [name] for node in nodes)):
+            continue
+        choice = set()
+        for node in nodes:
+            branches = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+            reads = [set(outer_names(branches[b])) & set(inputs) for b in ("then_branch", "else_branch")]
+            if reads[0] > reads[1]:
+                choice.add(True)
+            elif reads[1] > reads[0]:
+                choice.add(False)
+            else:
+                raise UsageError(f"{label}: cannot keep the cache in place: neither branch of If '{node.name}' "
+                                 f"on '{name}' reads inputs the other does not (which one has the past?)")
+        if len(choice) != 1:
+            raise UsageError(f"{label}: cannot keep the cache in place: the Ifs on '{name}' take the past in "
+                             "different branches")
+        frozen[name] = choice.pop()
+    if not frozen:
+        return {}
+    for name, value in frozen.items():
+        dims = [d.dim_value or 1 for d in inputs[name].type.tensor_type.shape.dim]
+        graph.initializer.append(numpy_helper.from_array(np.full(dims, value, bool), name))
+    kept = [v for v in graph.input if v.name not in frozen]
+    del graph.input[:]
+    graph.input.extend(kept)
+    _mask_covers_the_present(graph)
+    return frozen
+
+
+def _mask_covers_the_present(graph: onnx.GraphProto) -> None:
+    """Re-declare ``attention_mask``'s length as a present output's cache length where it is
+    declared as the step's (the token ids' length)."""
+    declared = {v.name: v.type.tensor_type.shape.dim for v in [*graph.input, *graph.output]}
+    mask, ids = declared.get(MASK), declared.get("input_ids")
+    if mask is None or ids is None or len(mask) != 2 or len(ids) != 2 or not mask[1].dim_param \
+            or mask[1].dim_param != ids[1].dim_param:
+        return
+    step = mask[1].dim_param
+    for out in graph.output:
+        for d in out.type.tensor_type.shape.dim:
+            terms = [t.strip() for t in d.dim_param.split("+")]
+            if len(terms) == 2 and step in terms:
+                mask[1].dim_param = d.dim_param  # e.g. 'past_sequence_length + sequence_length'
+                return
