@@ -223,6 +223,20 @@ def test_a_merged_decoder_decodes_on_its_cache_branch(merged):
     assert len(set(ours[:, 6:].ravel().tolist())) > 8
 
 
+def test_a_merged_decoder_compiles_whole_with_its_mask_declared(merged):
+    """Without the cache in place both branches stay (the flag picks one per call); the mask,
+    declared as long as the token ids, is taken as long as the presents, so the steps after the
+    prompt are accepted and decode as onnxruntime does."""
+    import onnxruntime as ort
+
+    compiled = hetc.compile(merged, dims=MERGED_DIMS)
+    mask = next(spec for spec in compiled.manifest.inputs if spec.name == "attention_mask")
+    assert "past_sequence_length" in str(mask.shape[1])
+    prompt = np.random.default_rng(3).integers(0, 1000, (2, 5))
+    np.testing.assert_array_equal(hetc.generate(compiled, prompt, 16),
+                                  hetc.generate(ort.InferenceSession(str(merged)), prompt, 16))
+
+
 def test_a_cache_write_nothing_reads_is_refused(merged, monkeypatch):
     """Relax drops a call whose result nothing reads; a cache write the attention does not read
     (it reads another concat of the same past) would leave the buffers stale. Without the twin

@@ -28,7 +28,7 @@ from ...errors import ModelLoadError, ShapeError, UnsafePathError, UnsupportedOp
 from ...options import MAX_DIM
 from . import registry, validate
 from .fold import fold_shape_computations
-from .merged_decoder import cache_branch
+from .merged_decoder import cache_branch, declare_mask
 from .qdq import fuse_qdq
 from .validate import graphs as _graphs
 from .validate import tensors as _tensors
@@ -499,12 +499,15 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     ``constant_inputs`` become constants with those values; ``dims`` gives symbolic dims their
     (low, high) range; ``fuse_qdq_convs``: QDQ convs become QLinearConv (``qdq.py``; for
     targets with int8 kernels); ``decoder_cache``: a merged decoder takes its branch with the
-    past (``merged_decoder.py``; for builds with the cache in place)."""
+    past (``merged_decoder.py``; for builds with the cache in place; every build gets its mask
+    declared as long as the presents)."""
     model, label = read_model(source, base_dir)
     if constant_inputs:
         freeze_inputs(model, constant_inputs, label)
     if decoder_cache:
         cache_branch(model, label)
+    else:
+        declare_mask(model)
     model = _expand_functions(model, label)
     check_supported(model, label)
     try:

@@ -8,9 +8,11 @@ condition to the branch that reads the past inputs; the importer then converts t
 alone (a constant condition), and the in-place rewrite finds its ``Concat(past, new)``.
 
 The merged model declares its inputs as the no-past decoder does: ``attention_mask`` as
-``[batch, sequence_length]``, while with a past it covers the past and the step. When the
-mask's length is declared as the step's, it is re-declared as the presents' length
-(``past_sequence_length + sequence_length``), as optimum's decoder-with-past declares it.
+``[batch, sequence_length]``, while with a past it covers the past and the step (onnxruntime
+does not check dim names; hetc does, and refused every step after the prompt). In any merged
+decoder (``declare_mask``, every build) a mask declared as long as the token ids is re-declared
+as the presents' length (``past_sequence_length + sequence_length``), as optimum's
+decoder-with-past declares it: the prompt's branch runs with an empty past, where the two agree.
 """
 
 from __future__ import annotations
@@ -25,11 +27,10 @@ from .ops.control_flow import outer_names
 MASK = "attention_mask"
 
 
-def cache_branch(model: onnx.ModelProto, label: str) -> dict[str, bool]:
-    """Freeze (in place) each boolean input that only chooses between a branch without and a
-    branch with the model's other inputs (the past) to the branch that reads more of them; fix
-    the mask's declared length (module docstring). Returns {input: value frozen} ({} for a model
-    without such an ``If``)."""
+def _flags(model: onnx.ModelProto, label: str) -> dict[str, bool]:
+    """{boolean input: the value that takes the branch with the past} for each input that only
+    chooses between a branch without and a branch with the model's other inputs (the one that
+    reads more of them); {} for a model without such an ``If``."""
     graph = model.graph
     inputs = {v.name: v for v in graph.input}
     users: dict[str, list[onnx.NodeProto]] = {}
@@ -40,11 +41,10 @@ def cache_branch(model: onnx.ModelProto, label: str) -> dict[str, bool]:
             if attr.type == onnx.AttributeProto.GRAPH:
                 for name in outer_names(attr.g):
                     users.setdefault(name, []).append(node)
-    frozen: dict[str, bool] = {}
+    flags: dict[str, bool] = {}
     for name, value in inputs.items():
-        tensor = value.type.tensor_type
         nodes = users.get(name, [])
-        if (tensor.elem_type != onnx.TensorProto.BOOL or not nodes
+        if (value.type.tensor_type.elem_type != onnx.TensorProto.BOOL or not nodes
                 or any(node.op_type != "If" or list(node.input) != [name] for node in nodes)):
             continue
         choice = set()
@@ -61,11 +61,20 @@ def cache_branch(model: onnx.ModelProto, label: str) -> dict[str, bool]:
         if len(choice) != 1:
             raise UsageError(f"{label}: cannot keep the cache in place: the Ifs on '{name}' take the past in "
                              "different branches")
-        frozen[name] = choice.pop()
+        flags[name] = choice.pop()
+    return flags
+
+
+def cache_branch(model: onnx.ModelProto, label: str) -> dict[str, bool]:
+    """Freeze (in place) each flag of a merged decoder (``_flags``) to its branch with the past,
+    and fix the mask's declared length (``declare_mask``). Returns {input: value frozen}."""
+    frozen = _flags(model, label)
     if not frozen:
         return {}
+    graph = model.graph
+    declared = {v.name: v for v in graph.input}
     for name, value in frozen.items():
-        dims = [d.dim_value or 1 for d in inputs[name].type.tensor_type.shape.dim]
+        dims = [d.dim_value or 1 for d in declared[name].type.tensor_type.shape.dim]
         graph.initializer.append(numpy_helper.from_array(np.full(dims, value, bool), name))
     kept = [v for v in graph.input if v.name not in frozen]
     del graph.input[:]
@@ -74,18 +83,30 @@ def cache_branch(model: onnx.ModelProto, label: str) -> dict[str, bool]:
     return frozen
 
 
-def _mask_covers_the_present(graph: onnx.GraphProto) -> None:
+def declare_mask(model: onnx.ModelProto) -> bool:
+    """In a merged decoder, re-declare (in place) a mask declared as long as the token ids as the
+    presents' length (module docstring). Whether it was. Ambiguous flags are left to
+    ``cache_branch``, which only a build with the cache in place needs."""
+    try:
+        flags = _flags(model, "")
+    except UsageError:
+        return False
+    return bool(flags) and _mask_covers_the_present(model.graph)
+
+
+def _mask_covers_the_present(graph: onnx.GraphProto) -> bool:
     """Re-declare ``attention_mask``'s length as a present output's cache length where it is
-    declared as the step's (the token ids' length)."""
+    declared as the step's (the token ids' length). Whether it was."""
     declared = {v.name: v.type.tensor_type.shape.dim for v in [*graph.input, *graph.output]}
     mask, ids = declared.get(MASK), declared.get("input_ids")
     if mask is None or ids is None or len(mask) != 2 or len(ids) != 2 or not mask[1].dim_param \
             or mask[1].dim_param != ids[1].dim_param:
-        return
+        return False
     step = mask[1].dim_param
     for out in graph.output:
         for d in out.type.tensor_type.shape.dim:
             terms = [t.strip() for t in d.dim_param.split("+")]
             if len(terms) == 2 and step in terms:
                 mask[1].dim_param = d.dim_param  # e.g. 'past_sequence_length + sequence_length'
-                return
+                return True
+    return False
