@@ -1,4 +1,4 @@
-"""A merged decoder specialized to the branch that reads its cache (``kv_cache`` builds).
+"""Merged decoders: specialized to the branch that reads the cache (``kv_cache`` builds), the mask declared.
 
 optimum exports a decoder as one "merged" model: its whole graph is an ``If`` on a boolean input
 (``use_cache_branch``) between the decoder without a past (the prompt) and the decoder with one
@@ -67,7 +67,7 @@ def _flags(model: onnx.ModelProto, label: str) -> dict[str, bool]:
 
 def cache_branch(model: onnx.ModelProto, label: str) -> dict[str, bool]:
     """Freeze (in place) each flag of a merged decoder (``_flags``) to its branch with the past,
-    and fix the mask's declared length (``declare_mask``). Returns {input: value frozen}."""
+    and fix the mask's declared length (as ``declare_mask`` does). Returns {input: value frozen}."""
     frozen = _flags(model, label)
     if not frozen:
         return {}
