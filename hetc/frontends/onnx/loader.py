@@ -504,10 +504,9 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     model, label = read_model(source, base_dir)
     if constant_inputs:
         freeze_inputs(model, constant_inputs, label)
+    declare_mask(model)
     if decoder_cache:
-        cache_branch(model, label)
-    else:
-        declare_mask(model)
+        freeze_inputs(model, cache_branch(model, label), label)
     model = _expand_functions(model, label)
     check_supported(model, label)
     try:

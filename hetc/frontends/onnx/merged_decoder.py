@@ -1,11 +1,12 @@
-"""Merged decoders: specialized to the branch that reads the cache (``kv_cache`` builds), the mask declared.
+"""Merged decoders: the branch that reads the cache (``kv_cache`` builds), the mask declared.
 
 optimum exports a decoder as one "merged" model: its whole graph is an ``If`` on a boolean input
 (``use_cache_branch``) between the decoder without a past (the prompt) and the decoder with one
 (every later step). A build that keeps the cache in place (``hetc/passes/kv_cache.py``) runs
-every call on the cache: a prompt is a step over an empty past. So ``cache_branch`` freezes the
-condition to the branch that reads the past inputs; the importer then converts that branch
-alone (a constant condition), and the in-place rewrite finds its ``Concat(past, new)``.
+every call on the cache: a prompt is a step over an empty past. So the loader freezes the
+condition (``cache_branch``, ``loader.freeze_inputs``) to the branch that reads the past inputs;
+the importer then converts that branch alone (a constant condition), and the in-place rewrite
+finds its ``Concat(past, new)``.
 
 The merged model declares its inputs as the no-past decoder does: ``attention_mask`` as
 ``[batch, sequence_length]``, while with a past it covers the past and the step (onnxruntime
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from ...errors import UsageError
 from .ops.control_flow import outer_names
@@ -65,28 +65,19 @@ def _flags(model: onnx.ModelProto, label: str) -> dict[str, bool]:
     return flags
 
 
-def cache_branch(model: onnx.ModelProto, label: str) -> dict[str, bool]:
-    """Freeze (in place) each flag of a merged decoder (``_flags``) to its branch with the past,
-    and fix the mask's declared length (as ``declare_mask`` does). Returns {input: value frozen}."""
-    frozen = _flags(model, label)
-    if not frozen:
-        return {}
-    graph = model.graph
-    declared = {v.name: v for v in graph.input}
-    for name, value in frozen.items():
-        dims = [d.dim_value or 1 for d in declared[name].type.tensor_type.shape.dim]
-        graph.initializer.append(numpy_helper.from_array(np.full(dims, value, bool), name))
-    kept = [v for v in graph.input if v.name not in frozen]
-    del graph.input[:]
-    graph.input.extend(kept)
-    _mask_covers_the_present(graph)
-    return frozen
+def cache_branch(model: onnx.ModelProto, label: str) -> dict[str, np.ndarray]:
+    """The values that freeze each flag of a merged decoder (``_flags``) to its branch with the
+    past, for ``loader.freeze_inputs``; {} for a model without one. Call ``declare_mask`` first:
+    a frozen flag is no longer an input to find the decoder by."""
+    declared = {v.name: v.type.tensor_type.shape.dim for v in model.graph.input}
+    return {name: np.full([d.dim_value or 1 for d in declared[name]], value, bool)
+            for name, value in _flags(model, label).items()}
 
 
 def declare_mask(model: onnx.ModelProto) -> bool:
     """In a merged decoder, re-declare (in place) a mask declared as long as the token ids as the
     presents' length (module docstring). Whether it was. Ambiguous flags are left to
-    ``cache_branch``, which only a build with the cache in place needs."""
+    ``cache_branch``, which only a build with the cache in place needs; every build calls this."""
     try:
         flags = _flags(model, "")
     except UsageError:
