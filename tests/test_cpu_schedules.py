@@ -378,28 +378,35 @@ def test_weights_streamed_by_several_rows_are_prefetched():
 
 
 def test_int8_weights_are_prefetched_at_one_row_too():
-    """int8 weights (``weights="int8"``) convert every vector before its multiply-add, and the
-    hardware prefetchers fell behind even at one row: 96 chained 768x2048 int8 matmuls read
-    12.2 GB/s at one row without prefetches, 18.4 with them (2-core Intel Xeon, LLVM
-    emeraldrapids). Both decoding branches prefetch; the kernel is 8-bit loads converted to
-    float in explicit vectors (``common.float_of_bytes``), and computes ``x @ (q * scale)``."""
+    """int8 weights (``weights="int8"``): the hardware prefetchers fell behind even at one row.
+    On CPUs with an integer dot product the kernel rounds each row to int16 and runs one-row
+    tiles of ``vpdpwssd`` (``vpmaddwd`` on AVX2) over panels streamed with prefetches; elsewhere
+    the float kernel converts every vector before its multiply-add (96 chained 768x2048 int8
+    matmuls read 12.2 GB/s at one row without prefetches, 18.4 with them; 2-core Intel Xeon,
+    LLVM emeraldrapids), and both of its decoding branches prefetch."""
     from hetc.backends.cpu.schedules import prefetch
-    from hetc.passes.weight_int8 import quantize
+    from hetc.passes.weight_int8 import quantize, reference
 
     k = 1024
     n = prefetch.MIN_BYTES // k
-    text = _scheduled_text(_matmul_model(k, n), CompileOptions(weights="int8"))
-    one_row, leading, _ = text.split("if batch * seq == T.int64(1):")[1].split("else:")
-    assert "llvm.prefetch" in one_row and "llvm.prefetch" in leading, text
-    assert "T.vectorized" in one_row and 'T.Cast("float32"' in one_row
-    model = _matmul_model(k, n)
-    compiled = hetc.compile(model, dims={"batch": (1, 4), "seq": (1, 64)}, weights="int8")
-    w, b = (numpy_helper.to_array(init) for init in model.graph.initializer)
-    q, scale = quantize(w)
-    for shape in [(3, 1, k), (1, 1, k), (2, 5, k)]:  # each branch
-        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-        expected = (x.astype(np.float64) @ q.astype(np.float64)) * scale + b
-        np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+    for cpu in (None, "haswell"):
+        options = CompileOptions(weights="int8", cpu=cpu)
+        text = _scheduled_text(_matmul_model(k, n), options)
+        words = "int16" in text
+        if words:
+            assert "llvm.prefetch" in text and ("vpdpwssd" in text or "pmaddw" in text), text
+        else:
+            one_row, leading, _ = text.split("if batch * seq == T.int64(1):")[1].split("else:")
+            assert "llvm.prefetch" in one_row and "llvm.prefetch" in leading, text
+            assert "T.vectorized" in one_row and 'T.Cast("float32"' in one_row
+        model = _matmul_model(k, n)
+        compiled = hetc.compile(model, dims={"batch": (1, 4), "seq": (1, 64)}, weights="int8", cpu=cpu)
+        w, b = (numpy_helper.to_array(init) for init in model.graph.initializer)
+        q, scale = quantize(w)
+        for shape in [(3, 1, k), (1, 1, k), (2, 5, k)]:  # each branch
+            x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+            expected = (reference(x, q, scale) if words else (x.astype(np.float64) @ q.astype(np.float64)) * scale) + b
+            np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 
 def test_accumulator_tiles_are_on_the_stack():

@@ -11,7 +11,14 @@ from onnx_util import make, tensor
 
 import hetc
 from hetc.errors import UsageError
-from hetc.passes.weight_int8 import MIN_ELEMENTS, quantize
+from hetc.passes.weight_int8 import MIN_ELEMENTS, quantize, reference, row_bound
+
+
+def _words(compiled) -> bool:
+    """Whether the int8 matmuls run on int16 activations (CPUs with an integer dot product)."""
+    rules = {rule for name, rule in compiled.report["kernels"].items() if "matmul_w8" in name}
+    assert rules, compiled.report["kernels"]
+    return bool(rules & {"int8-vnni", "int8-pmaddwd"})
 
 
 def test_quantize_is_symmetric_per_output_channel():
@@ -43,11 +50,36 @@ def test_int8_matmul_equals_the_dequantized_weights(seq):
     x = np.random.default_rng(seq).normal(size=(2, seq, 192)).astype(np.float32)
     y = compiled.run({"x": x})["y"]
     q, scale = quantize(w)
-    expected = (x.astype(np.float64) @ q.astype(np.float64)) * scale + b
+    if _words(compiled):  # activations rounded to int16 per row, exact int32 sums
+        expected = reference(x, q, scale) + b
+    else:
+        expected = (x.astype(np.float64) @ q.astype(np.float64)) * scale + b
     np.testing.assert_allclose(y, expected, rtol=2e-5, atol=2e-5 * np.abs(expected).max())
+    dequantized = (x.astype(np.float64) @ q.astype(np.float64)) * scale + b  # int16 rounding: within 1e-4
+    np.testing.assert_allclose(y, dequantized, rtol=0, atol=1e-4 * np.abs(dequantized).max())
     exact = x @ w + b  # and it is int8: not the float32 weights' result
     assert np.abs(y - exact).max() > 1e-3 * np.abs(exact).max()
     assert np.abs(y - exact).max() < 0.05 * np.abs(exact).max()
+
+
+@pytest.mark.parametrize("cpu", [None, "haswell"])
+def test_int16_activations_never_overflow_and_drop_out_on_a_zero_row(cpu):
+    """The int16 form (``vpdpwssd`` with AVX512-VNNI, ``vpmaddwd`` on AVX2 -- ``--cpu haswell``):
+    the worst case for int32 sums (every activation at its row's peak, every weight at 127 of
+    the same sign, K = 3072: bound 5504) stays exact, and a zero row gives zeros, not NaN."""
+    k, n = 3072, 32
+    assert row_bound(k) * 127 * k < 2**31 and (row_bound(k) + 1) * 127 * k >= 2**31
+    w = np.full((k, n), 0.5, np.float32)
+    w[:, 1] = -0.5
+    model = make([helper.make_node("MatMul", ["x", "W"], ["y"])], [tensor("x", ["batch", "seq", k])],
+                 [tensor("y", ["batch", "seq", n])], {"W": w})
+    compiled = hetc.compile(model, dims={"batch": (1, 4), "seq": (1, 8)}, weights="int8", cpu=cpu)
+    assert _words(compiled)
+    x = np.full((2, 3, k), 2.0, np.float32)
+    x[1, 2] = 0
+    y = compiled.run({"x": x})["y"]
+    np.testing.assert_allclose(y[0], np.where(np.arange(n) == 1, -k, k) * np.ones((3, 1)), rtol=1e-6)
+    assert not y[1, 2].any() and np.isfinite(y).all()
 
 
 def test_small_weights_stay_float32():

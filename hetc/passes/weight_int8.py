@@ -34,6 +34,61 @@ def quantize(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q, scale
 
 
+def row_bound(depth: int) -> int:
+    """The largest |x| an int16 activation row may take so that no int32 sum of ``depth``
+    products with int8 weights (|q| <= 127) can overflow."""
+    return min(32767, (2**31 - 1) // (127 * depth))
+
+
+def reference(x: np.ndarray, q: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """What the int16-activation kernel computes (``_quantized_matmul``), in numpy (float64 sums
+    of the same integers): for tests."""
+    bound = float(row_bound(q.shape[0]))
+    peak = np.abs(x).max(axis=-1, keepdims=True).astype(np.float32)
+    inverse = np.where(peak > 0, np.float32(bound) / np.where(peak > 0, peak, 1), 0).astype(np.float32)
+    scaled = (x * inverse).astype(np.float32)
+    xq = np.clip(np.sign(scaled) * np.floor(np.abs(scaled) + 0.5), -bound, bound)  # round half away from zero
+    return (xq.astype(np.float64) @ q.astype(np.float64)) * (peak.astype(np.float64) / bound) * scale
+
+
+def _quantized_matmul(x, q, scale, bound: int):
+    """``x @ (q * scale)`` with ``x``'s rows rounded to int16 in the kernel: per row its peak
+    ``p = max_k |x[.., k]|``, ``xq = round(x * bound / p)`` (|xq| <= ``bound``), then exact int32
+    sums ``sum_k xq[.., k] * q[k, n]``, scaled by ``p / bound * scale[n]``. One kernel: each
+    tile rounds its rows itself, then a pass scales the sums (``schedules/int8.py``)."""
+    from tvm import te
+
+    depth, rows = int(q.shape[0]), x.shape[:-1]
+    lanes = 16 if depth % 16 == 0 else 1  # the peak in 16 lanes first (vectorized), then across them
+
+    def row_peak(name):
+        o = te.reduce_axis((0, depth // lanes), "o")
+        part = te.compute((*rows, lanes), lambda *i: te.max(te.abs(x[(*i[:-1], o * lanes + i[-1])]), axis=o),
+                          name=f"{name}_part")
+        lane = te.reduce_axis((0, lanes), "lane")
+        return te.compute(rows, lambda *i: te.max(part[(*i, lane)], axis=lane), name=name)
+
+    peak = row_peak("row_peak")
+    zero, limit = tvm.tirx.const(0, "float32"), float(bound)
+
+    def rounded(*i):
+        inverse = tvm.tirx.Select(peak(*i[:-1]) > zero, limit / peak(*i[:-1]), zero)
+        value = tvm.tirx.round(x(*i) * inverse)
+        return tvm.tirx.max(tvm.tirx.min(value, limit), -limit).astype("int16")
+
+    xq = te.compute(x.shape, rounded, name="quantize_rows")
+    k = te.reduce_axis((0, depth), "k")
+    acc = te.compute((*rows, q.shape[1]),
+                     lambda *i: te.sum(xq[(*i[:-1], k)].astype("int32") * q[k, i[-1]].astype("int32"), axis=k),
+                     name="matmul_w8")
+    # The peak again for the scaling pass: the contraction's tile computes its rows' peaks in
+    # its own loop, which a pass after that loop cannot read (a schedule's blocks after the loop
+    # may only read what the loop writes whole: here the int32 sums).
+    again = row_peak("row_peak_again")
+    return te.compute(acc.shape, lambda *i: acc(*i).astype("float32") * (again[i[:-1]] * (1 / limit) * scale[i[-1]]),
+                      name="dequantize")
+
+
 def _int8_matmul(x, q, scale):
     from tvm import te
 
@@ -45,9 +100,9 @@ def _int8_matmul(x, q, scale):
 
 @relax.expr_functor.mutator
 class _Int8Weights(relax.PyExprMutator):
-    def __init__(self, mod) -> None:
+    def __init__(self, mod, words: bool) -> None:
         super().__init__(mod)
-        self.count = 0
+        self.count, self.words = 0, words
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
@@ -60,16 +115,20 @@ class _Int8Weights(relax.PyExprMutator):
             return call
         q, scale = quantize(weight.value.numpy())
         self.count += 1
-        return self.builder_.call_te(_int8_matmul, x, relax.const(q), relax.const(scale),
+        if not self.words:
+            return self.builder_.call_te(_int8_matmul, x, relax.const(q), relax.const(scale),
+                                         primfunc_name_hint="matmul_w8")
+        return self.builder_.call_te(_quantized_matmul, x, relax.const(q), relax.const(scale), row_bound(q.shape[0]),
                                      primfunc_name_hint="matmul_w8")
 
 
-def weight_int8_pass() -> tvm.transform.Pass:
-    """The rewrite over every Relax function (module docstring)."""
+def weight_int8_pass(words: bool = False) -> tvm.transform.Pass:
+    """The rewrite over every Relax function (module docstring); ``words``: the int16
+    activation form, for CPUs with an integer dot product."""
 
     @tvm.transform.module_pass(opt_level=0, name="HetcWeightInt8")
     def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        mutator = _Int8Weights(mod)
+        mutator = _Int8Weights(mod, words)
         for gv, func in list(mod.functions.items()):
             if isinstance(func, relax.Function):
                 mutator.builder_.update_func(gv, mutator.visit_expr(func))

@@ -118,7 +118,9 @@ def weight_passes(options: CompileOptions) -> list[Stage]:
         return []
     from ...passes.weight_int8 import weight_int8_pass
 
-    return [Stage("weight_int8", "constant matmul weights stored as int8, dequantized in the matmul", weight_int8_pass)]
+    words = instruction(llvm_target(options)) is not None
+    return [Stage("weight_int8", "constant matmul weights stored as int8, dequantized in the matmul",
+                  lambda: weight_int8_pass(words))]
 
 
 def transpose_matmul_passes() -> list[Stage]:

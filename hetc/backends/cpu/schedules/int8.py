@@ -42,12 +42,13 @@ from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 from tvm.target import Target
 
+from . import prefetch
 from .common import (
     PREPROC,
     Rule,
     inline_chain,
     is_constant,
-    one_reduction,
+    normalized,
     plain_index,
     schedule_spatial,
     uses,
@@ -75,7 +76,7 @@ def _intrinsic(lanes: int) -> tuple:
 _PMADDWD = {16: "llvm.x86.avx512.pmaddw.d.512", 8: "llvm.x86.avx2.pmadd.wd", 4: "llvm.x86.sse2.pmadd.wd"}
 
 
-def _widened(lanes: int, a_dtype: str) -> tuple:
+def _widened(lanes: int, a_dtype: str, a_scope: str = "global") -> tuple:
     """(description, implementation) of ``c[i] += a[0] * b[i, 0] + a[1] * b[i, 1]`` on CPUs
     without VNNI: both operands widened to int16 (uint8 zero-extended -- or already int16 in
     memory, a conv's input widened once by ``backends/cpu/int8.py``: then the pair is one
@@ -95,15 +96,31 @@ def _widened(lanes: int, a_dtype: str) -> tuple:
             T.reinterpret(T.broadcast(pair, lanes), dtype=f"int16x{2 * lanes}"),
             T.cast(b.vload([0, 0], dtype=f"int8x{2 * lanes}"), f"int16x{2 * lanes}"), dtype=f"int32x{lanes}")
 
-    return _dot(lanes, 2, impl_body, a_dtype)
+    return _dot(lanes, 2, impl_body, a_dtype, a_scope)
 
 
-def _dot(lanes: int, step: int, impl_body, a_dtype: str = "uint8") -> tuple:
+def _words(lanes: int) -> tuple:
+    """(description, implementation) of one ``vpdpwssd`` (AVX512-VNNI): ``c[i] += a[0] * b[i, 0]
+    + a[1] * b[i, 1]``, ``a`` an int16 pair broadcast to every lane, ``b`` int8 sign-extended to
+    int16 in the load (``vpmovsxbw``); the int16 products are added to the int32 lanes in the
+    same instruction (``vpmaddwd`` and ``vpaddd`` in one)."""
+
+    def impl_body(a, b, c):
+        pair = T.reinterpret(a.vload([0], "int16x2"), dtype="int32")
+        return T.call_llvm_pure_intrin(
+            T.llvm_lookup_intrinsic_id(f"llvm.x86.avx512.vpdpwssd.{32 * lanes}"),
+            c.vload([0], dtype=f"int32x{lanes}"), T.reinterpret(T.broadcast(pair, lanes), dtype=f"int16x{2 * lanes}"),
+            T.cast(b.vload([0, 0], dtype=f"int8x{2 * lanes}"), f"int16x{2 * lanes}"), dtype=f"int32x{lanes}")
+
+    return _dot(lanes, 2, impl_body, "int16", "local")
+
+
+def _dot(lanes: int, step: int, impl_body, a_dtype: str = "uint8", a_scope: str = "global") -> tuple:
     """(description, implementation) of ``c[i] += sum_k a[k] * b[i, k]`` for k < ``step``, ``c``
     ``lanes`` int32 accumulators in registers, with ``impl_body(a, b, c)`` the new ``c``."""
 
     @T.prim_func(s_tir=True)
-    def desc(a: T.Buffer((step,), a_dtype, offset_factor=1), b: T.Buffer((lanes, step), "int8", offset_factor=1),
+    def desc(a: T.Buffer((step,), a_dtype, offset_factor=1, scope=a_scope), b: T.Buffer((lanes, step), "int8", offset_factor=1),
              c: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
         with T.sblock("root"):
             T.reads(c[0:lanes], a[0:step], b[0:lanes, 0:step])
@@ -115,7 +132,7 @@ def _dot(lanes: int, step: int, impl_body, a_dtype: str = "uint8") -> tuple:
                         c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
 
     @T.prim_func(s_tir=True)
-    def impl(a: T.Buffer((step,), a_dtype, offset_factor=1), b: T.Buffer((lanes, step), "int8", offset_factor=1),
+    def impl(a: T.Buffer((step,), a_dtype, offset_factor=1, scope=a_scope), b: T.Buffer((lanes, step), "int8", offset_factor=1),
              c: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
         with T.sblock("root"):
             T.reads(c[0:lanes], a[0:step], b[0:lanes, 0:step])
@@ -139,9 +156,14 @@ class Instruction:
 
 VNNI = Instruction("vnni", 4, 28, {(lanes, "uint8"): f"hetc_dot_{lanes}x4_u8i8i32_vnni_local"
                                    for lanes in (16, 8, 4)})
+# int16 activations rounded in the kernel, in a tile's local buffer ("int16-row": the row pass
+# of a weight-only int8 matmul, ``passes/weight_int8.py``), on AVX512-VNNI
+ROW = "int16-row"
+VNNI_WORDS = Instruction(VNNI.name, 2, 28, {(lanes, ROW): f"hetc_dot_{lanes}x2_i16i8i32_vnni_local"
+                                            for lanes in (16, 8, 4)})
 # AVX2 has 16 ymm registers: 12 accumulators, the rest for the weights and the broadcast input
-PMADDWD = Instruction("pmaddwd", 2, 12, {(lanes, a): f"hetc_dot_{lanes}x2_{a}i8i32_pmaddwd_local"
-                                         for lanes in (16, 8, 4) for a in ("int16", "uint8")})
+PMADDWD = Instruction("pmaddwd", 2, 12, {(lanes, a): f"hetc_dot_{lanes}x2_{a.replace('-', '')}i8i32_pmaddwd_local"
+                                         for lanes in (16, 8, 4) for a in ("int16", "uint8", ROW)})
 # without AVX512-BW, no 16-lane (zmm) vpmaddwd
 PMADDWD_AVX2 = Instruction(PMADDWD.name, PMADDWD.step, PMADDWD.registers,
                            {k: v for k, v in PMADDWD.intrinsics.items() if k[0] != 16})
@@ -156,13 +178,16 @@ def register_intrinsics() -> None:
     ``emeraldrapids``), and every ``import hetc.api`` paid it."""
     for (lanes, _), name in VNNI.intrinsics.items():
         TensorIntrin.register(name, *_intrinsic(lanes), override=True)
+    for (lanes, _), name in VNNI_WORDS.intrinsics.items():
+        TensorIntrin.register(name, *_words(lanes), override=True)
     for (lanes, a_dtype), name in PMADDWD.intrinsics.items():
-        TensorIntrin.register(name, *_widened(lanes, a_dtype), override=True)
+        widened = _widened(lanes, "int16", "local") if a_dtype == ROW else _widened(lanes, a_dtype)
+        TensorIntrin.register(name, *widened, override=True)
 
 
 def register_traced(traces: list[str]) -> None:
     """Register the intrinsics above if schedule traces (JSON text) name any of them."""
-    names = [*VNNI.intrinsics.values(), *PMADDWD.intrinsics.values()]
+    names = [*VNNI.intrinsics.values(), *VNNI_WORDS.intrinsics.values(), *PMADDWD.intrinsics.values()]
     if any(name in text for text in traces for name in names):
         register_intrinsics()
 
@@ -183,12 +208,19 @@ def instruction(target: Target) -> Instruction | None:
 
 def _apply(func: tirx.PrimFunc, target: Target, kind: Instruction) -> Schedule | None:
     dtypes = {str(getattr(p, "dtype", "")) for p in func.params}
-    if "int8" not in dtypes or not dtypes & {a for _, a in kind.intrinsics}:
+    a_dtypes = {a for _, a in kind.intrinsics}
+    if ROW in a_dtypes:
+        a_dtypes.add("float32")  # rounded to int16 in the kernel (``stage_rows``)
+    if "int8" not in dtypes or not dtypes & a_dtypes:
         return None  # (checked on the parameters: printing every kernel cost ~3 ms each)
-    found = one_reduction(func)
-    if found is None:
+    sch, infos = normalized(func)
+    reductions = [b for b in infos or [] if b.is_reduction()]
+    if not reductions:
         return None
-    sch, infos, main = found
+    # the int32 contraction; around it, at most the row passes of a weight-only int8 matmul
+    main = next((b for b in reversed(reductions) if str(sch.get(b.block_rv).writes[0].source.dtype) == "int32"), None)
+    if main is None:
+        return None
     register_intrinsics()
     if not _schedule(sch, infos, main, kind):
         return None
@@ -197,7 +229,10 @@ def _apply(func: tirx.PrimFunc, target: Target, kind: Instruction) -> Schedule |
 
 def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
     del lanes
-    return _apply(func, target, VNNI) if has_vnni(target) else None
+    if not has_vnni(target):
+        return None
+    sch = _apply(func, target, VNNI)
+    return sch if sch is not None else _apply(func, target, VNNI_WORDS)
 
 
 def apply_widened(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
@@ -240,60 +275,121 @@ def _schedule(sch: Schedule, infos, main, kind: Instruction) -> bool:
     reduce = [it for it in main.iters if it.kind == "R"]
     if not spatial or not reduce or [it.kind for it in main.iters] != ["S"] * len(spatial) + ["R"] * len(reduce):
         return False
-    if not all(isinstance(it.dom, int) for it in main.iters):
+    rows_axes = spatial[:-1]  # none for one row (a classifier at batch 1, whose unit axes normalize away)
+    # Symbolic rows (batch x seq into a weight-only int8 matmul): a one-row tile, below
+    if not all(isinstance(it.dom, int) for it in [spatial[-1], *reduce]):
+        return False
+    symbolic = not all(isinstance(it.dom, int) for it in rows_axes)
+    row_pass = any(b.is_reduction() for b in infos[:infos.index(main)])
+    if symbolic and not row_pass:
         return False
     j, k = spatial[-1], reduce[-1]
     lanes = next((n for n, _ in kind.intrinsics if j.dom % n == 0), None)
     if lanes is None or k.dom % kind.step:
         return False
-    found = operands(sch, main.block_rv, spatial, reduce, {a for _, a in kind.intrinsics})
+    found = operands(sch, main.block_rv, spatial, reduce, {a.replace(ROW, "int16") for _, a in kind.intrinsics})
     if found is None:
         return False
     a_idx, w_idx, pj, pk = found
     a_dtype = str(sch.get(main.block_rv).reads[a_idx].source.dtype)
-    rows_axes = spatial[:-1]  # none for one row (a classifier at batch 1, whose unit axes normalize away)
     def tile_rows(panels: int) -> int:
         return next(r for r in ROWS if r * panels <= kind.registers and (not rows_axes or rows_axes[-1].dom % r == 0))
 
-    jb = _panels(j.dom, lanes, kind.registers)
-    rows = tile_rows(jb)
-    if jb > 1 and tile_rows(1) > rows * jb:  # 7 rows x 1 vector, not 1 x 2 (AVX2 at 7x7: 1.7x faster)
-        jb, rows = 1, tile_rows(1)
-    if rows < 4 and math.prod(it.dom for it in rows_axes) % 8 == 0 and len(rows_axes) > 1:
-        rows = 0  # the innermost row axis is too short for a tile: fuse the rows first
-    stage_producers(sch, infos, main)
+    if symbolic:
+        jb, rows = _row_panels(j.dom, lanes), 1
+    else:
+        jb = _panels(j.dom, lanes, kind.registers)
+        rows = tile_rows(jb)
+        if jb > 1 and tile_rows(1) > rows * jb:  # 7 rows x 1 vector, not 1 x 2 (AVX2 at 7x7: 1.7x faster)
+            jb, rows = 1, tile_rows(1)
+        if rows < 4 and math.prod(it.dom for it in rows_axes) % 8 == 0 and len(rows_axes) > 1:
+            rows = 0  # the innermost row axis is too short for a tile: fuse the rows first
+    if row_pass:
+        if a_dtype != "int16" or (lanes, ROW) not in kind.intrinsics:
+            return False
+        a_dtype = ROW
+    elif (lanes, a_dtype) not in kind.intrinsics:
+        return False
+    if not row_pass:
+        stage_producers(sch, infos, main)
 
     preproc = sch.cache_read(main.block_rv, w_idx, "global")
     sch.annotate(preproc, PREPROC, True)
-    sch.transform_layout(main.block_rv, ("read", w_idx), _packed(pj, pk, lanes, kind.step))
+    sch.transform_layout(main.block_rv, ("read", w_idx), _packed(pj, pk, lanes, kind.step, jb if row_pass else 1))
+    packed = sch.get(main.block_rv).reads[w_idx].source
 
     loops = dict(zip([it.var for it in main.iters], sch.get_loops(main.block_rv)[-len(main.iters):]))
     jo, jbl, jl = sch.split(loops[j.var], [None, jb, lanes])
     ko, k4 = sch.split(loops[k.var], [None, kind.step])
-    if not rows_axes:
-        outer, ri = [], None
-    elif rows:
-        xo, ri = sch.split(loops[rows_axes[-1].var], [None, rows])
-        outer = [loops[it.var] for it in rows_axes[:-1]] + [xo]
-    else:
-        fused = sch.fuse(*[loops[it.var] for it in rows_axes])
-        total = math.prod(it.dom for it in rows_axes)
-        rows = next(r for r in ROWS if total % r == 0 and r * jb <= kind.registers)
-        mo, ri = sch.split(fused, [None, rows])
-        outer = [mo]
     others = [loops[it.var] for it in reduce[:-1]]
-    sch.reorder(*outer, jo, *others, ko, *([ri] if ri is not None else []), jbl, jl, k4)
-    tile = sch.fuse(*outer, jo) if outer else jo
+    if symbolic:
+        # Each task a column panel, its rows a serial loop inside it: the panel streams from
+        # memory once, for the first row, and from cache for the others.
+        ri = None
+        row = sch.fuse(*[loops[it.var] for it in rows_axes]) if len(rows_axes) > 1 else loops[rows_axes[0].var]
+        sch.reorder(jo, row, *others, ko, jbl, jl, k4)
+        tile = row
+    else:
+        if not rows_axes:
+            outer, ri = [], None
+        elif rows:
+            xo, ri = sch.split(loops[rows_axes[-1].var], [None, rows])
+            outer = [loops[it.var] for it in rows_axes[:-1]] + [xo]
+        else:
+            fused = sch.fuse(*[loops[it.var] for it in rows_axes])
+            total = math.prod(it.dom for it in rows_axes)
+            rows = next(r for r in ROWS if total % r == 0 and r * jb <= kind.registers)
+            mo, ri = sch.split(fused, [None, rows])
+            outer = [mo]
+        sch.reorder(*outer, jo, *others, ko, *([ri] if ri is not None else []), jbl, jl, k4)
+        tile = sch.fuse(*outer, jo) if outer else jo
     acc = sch.cache_write(main.block_rv, 0, "local")
-    epilogue = inline_chain(sch, acc, infos, main)
-    sch.reverse_compute_at(epilogue, tile, preserve_unit_loops=True)
-    sch.parallel(tile)
+    if row_pass:
+        sch.reverse_compute_at(acc, tile, preserve_unit_loops=True)
+        stage_rows(sch, infos, main, tile)
+        epilogue = None
+    else:
+        epilogue = inline_chain(sch, acc, infos, main)
+        sch.reverse_compute_at(epilogue, tile, preserve_unit_loops=True)
+    sch.parallel(jo if symbolic else tile)
     sch.decompose_reduction(main.block_rv, others[0] if others else ko)
     sch.tensorize(jl, kind.intrinsics[lanes, a_dtype])
     if ri is not None:
         sch.unroll(ri)
     sch.unroll(jbl)
+    if symbolic and not others:
+        prefetch.mark(sch, jo, ko, packed, jb * lanes * kind.step)
     return True
+
+
+def stage_rows(sch: Schedule, infos, main, loop) -> None:
+    """The row pass of a weight-only int8 matmul (``passes/weight_int8._quantized_matmul``:
+    each row's peak in 16 lanes, then across them, then the row rounded to int16): serial
+    loops before the contraction's parallel one (a few microseconds at a decoding step's
+    rows; a parallel region would cost as much), the lanes and the rounding vectorized."""
+    before, after = infos[:infos.index(main)], infos[infos.index(main) + 1:]
+    for producer in reversed(before):
+        sch.compute_at(producer.block_rv, loop, preserve_unit_loops=True)
+        sch.set_scope(producer.block_rv, 0, "local")
+    spatial_after = [b.block_rv for b in after if not b.is_reduction()]
+    for block in spatial_after[:-1]:
+        sch.compute_inline(block)
+    if spatial_after:
+        schedule_spatial(sch, spatial_after[-1], 16)
+    for producer in before + [b for b in after if b.is_reduction()]:
+        block = producer.block_rv
+        loops = sch.get_loops(block)
+        extents = [sch.get(loop).extent for loop in loops]
+        if producer.is_reduction():
+            spatial = [it for it in producer.iters if it.kind == "S"]
+            if len(loops) < 2 or not isinstance(spatial[-1].dom, int) or spatial[-1].dom < 2:
+                continue  # the peak across the lanes: 16 steps, scalar
+            lane, step = loops[-2], loops[-1]
+            sch.reorder(step, lane)
+            sch.vectorize(lane)
+        elif isinstance(extents[-1], tirx.IntImm) and int(extents[-1]) % 16 == 0:
+            _, inner = sch.split(loops[-1], [None, 16])
+            sch.vectorize(inner)
 
 
 def stage_producers(sch: Schedule, infos, main) -> None:
@@ -318,16 +414,37 @@ def _panels(columns: int, lanes: int, registers: int) -> int:
     return next(b for b in (4, 3, 2, 1) if (columns // lanes) % b == 0 and b * lanes <= 32 and b <= most)
 
 
-def _packed(pj: int, pk: int, lanes: int, step: int):
-    """``[.., j, .., k] -> [j / lanes, .., k / step, j % lanes, k % step]`` (the other axes in order)."""
+def _row_panels(columns: int, lanes: int) -> int:
+    """Vectors per column panel of a one-row tile (symbolic rows): four where they divide the
+    columns (four independent accumulators), else the most that do."""
+    return next(b for b in (4, 2, 1) if (columns // lanes) % b == 0)
+
+
+def _packed(pj: int, pk: int, lanes: int, step: int, panels: int):
+    """``[.., j, .., k] -> [j / (panels lanes), .., k / step, j % (panels lanes) / lanes, j % lanes, k % step]``
+    (the other axes in order): a tile's ``panels`` vectors at one reduction step are adjacent,
+    so that it streams one contiguous run of its weights (the one-row tiles of a weight-only
+    int8 matmul, prefetched); with ``panels`` 1, ``[j / lanes, .., k / step, j % lanes, k % step]``."""
+    width = panels * lanes
 
     def index_map(*axes):
         rest = [a for n, a in enumerate(axes) if n not in (pj, pk)]
-        return (axes[pj] // lanes, *rest, axes[pk] // step, axes[pj] % lanes, axes[pk] % step)
+        if panels == 1:
+            return (axes[pj] // lanes, *rest, axes[pk] // step, axes[pj] % lanes, axes[pk] % step)
+        return (axes[pj] // width, *rest, axes[pk] // step, axes[pj] % width // lanes, axes[pj] % lanes, axes[pk] % step)
 
     return index_map
 
 
-RULE = Rule("int8-vnni", "uint8 x int8 -> int32 contractions on AVX512-VNNI (vpdpbusd register tile)", apply)
-WIDENED_RULE = Rule("int8-pmaddwd", "uint8 x int8 -> int32 contractions without VNNI, exact (int16 vpmaddwd "
-                    "register tile)", apply_widened)
+def finish(func: tirx.PrimFunc, scheduled: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
+    """The scheduled function with the weight prefetches its schedule marked (``prefetch.py``:
+    a one-row tile streaming its panel); None where it has none."""
+    del func, lanes
+    fetched = prefetch.inject(scheduled)
+    return None if fetched is scheduled else fetched
+
+
+RULE = Rule("int8-vnni", "uint8 (int16) x int8 -> int32 contractions on AVX512-VNNI (vpdpbusd, vpdpwssd register "
+            "tile)", apply, finish=finish)
+WIDENED_RULE = Rule("int8-pmaddwd", "uint8 (int16) x int8 -> int32 contractions without VNNI, exact (int16 "
+                    "vpmaddwd register tile)", apply_widened, finish=finish)

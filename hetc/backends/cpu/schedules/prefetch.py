@@ -43,16 +43,16 @@ PANEL = "hetc.prefetch_panel"
 STREAM = "hetc.prefetch_stream"
 
 _PANEL_LOOP = re.compile(r"for (\w+) in T\.parallel\([^\n]*\"" + re.escape(PANEL) + r"\"")
-_STREAM_LOOP = re.compile(r"^(\s*)for (\w+) in T\.serial\([^\n]*\"" + re.escape(STREAM) + r"\": \"(\w+):(\d+):(\d+):(\d+)\"")
+_STREAM_LOOP = re.compile(r"^(\s*)for (\w+) in T\.serial\([^\n]*\"" + re.escape(STREAM) + r"\": \"(\w+):(\d+):([\d,;]+)\"")
 
 
 def mark(sch: Schedule, panel_loop, reduce_loop, packed: tirx.Buffer, row_elements: int) -> bool:
     """Mark a contraction whose parallel loop ``panel_loop`` runs over the column panels of the
-    3-D packed weight ``packed`` (``[panel, k, column]``, ``row_elements`` columns) and whose
-    reduction loop ``reduce_loop`` steps through its rows. False (nothing marked) where the
-    panel loop is not itself the parallel loop or the weight is not a float32 or int8
-    [panel, k, column]."""
-    if len(packed.shape) != 3 or str(packed.dtype) not in ("float32", "int8"):
+    packed weight ``packed`` (``[panel, k, ..]``: the panel, the reduction step, then one step's
+    ``row_elements`` elements, contiguous) and whose reduction loop ``reduce_loop`` steps
+    through its rows. False (nothing marked) where the panel loop is not itself the parallel
+    loop or the weight is not float32 or int8."""
+    if len(packed.shape) < 3 or str(packed.dtype) not in ("float32", "int8"):
         return False
     try:
         if sch.get(panel_loop).kind != tirx.ForKind.PARALLEL:
@@ -61,10 +61,17 @@ def mark(sch: Schedule, panel_loop, reduce_loop, packed: tirx.Buffer, row_elemen
         return False
     itemsize = tvm.runtime.DataType(str(packed.dtype)).bits // 8
     row_bytes = row_elements * itemsize
-    lines = max(1, row_bytes // LINE_BYTES)
     ahead = max(1, AHEAD_BYTES // row_bytes)
+    inner = [int(n) for n in packed.shape[2:]]
+    lines = []  # the index of each cache line's first element within a step's row
+    for offset in range(0, max(row_elements, 1), max(1, LINE_BYTES // itemsize)):
+        index = []
+        for extent in reversed(inner):
+            index.append(offset % extent)
+            offset //= extent
+        lines.append(",".join(map(str, reversed(index))))
     sch.annotate(panel_loop, PANEL, 1)
-    sch.annotate(reduce_loop, STREAM, f"{packed.name}:{ahead}:{lines}:{LINE_BYTES // itemsize}")
+    sch.annotate(reduce_loop, STREAM, f"{packed.name}:{ahead}:{';'.join(lines)}")
     return True
 
 
@@ -96,10 +103,10 @@ def inject_text(text: str) -> str:
         found = _STREAM_LOOP.match(line)
         if not found:
             continue
-        indent, k, buffer, ahead, lines, elements = found.groups()
+        indent, k, buffer, ahead, lines = found.groups()
         if panel is None or f"{buffer}[" not in text:
             return text
         out += [f'{indent}    T.evaluate(T.call_llvm_intrin("void", "llvm.prefetch.p0", T.address_of('
-                f'{buffer}[{panel}, {k} + {ahead}, {n * int(elements)}]), 0, 3, 1))'
-                for n in range(int(lines))]
+                f'{buffer}[{panel}, {k} + {ahead}, {", ".join(line.split(","))}]), 0, 3, 1))'
+                for line in lines.split(";")]
     return "\n".join(out)
