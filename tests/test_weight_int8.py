@@ -82,6 +82,29 @@ def test_int16_activations_never_overflow_and_drop_out_on_a_zero_row(cpu):
     assert not y[1, 2].any() and np.isfinite(y).all()
 
 
+@pytest.mark.parametrize("n", [75, 50257 % 1000])
+def test_ragged_columns_are_padded_to_whole_panels(n):
+    """No vector width divides the columns (GPT-2's LM head has 50257): the int16 form computes
+    zero columns up to whole panels and returns the real ones, not a scalar kernel."""
+    k = 96
+    w = np.random.default_rng(n).normal(size=(k, n)).astype(np.float32)
+    model = make([helper.make_node("MatMul", ["x", "W"], ["y"])], [tensor("x", ["batch", "seq", k])],
+                 [tensor("y", ["batch", "seq", n])], {"W": w})
+    from hetc.backends.cpu.codegen import llvm_target
+    from hetc.backends.cpu.schedules.int8 import instruction
+    from hetc.options import CompileOptions
+
+    if instruction(llvm_target(CompileOptions())) is None:
+        pytest.skip("this CPU has no integer dot product: the float kernel")
+    compiled = hetc.compile(model, dims={"batch": (1, 4), "seq": (1, 8)}, weights="int8")
+    assert _words(compiled)
+    x = np.random.default_rng(1).normal(size=(3, 2, k)).astype(np.float32)
+    q, scale = quantize(w)
+    y = compiled.run({"x": x})["y"]
+    assert y.shape == (3, 2, n)
+    np.testing.assert_allclose(y, reference(x, q, scale), rtol=2e-5, atol=2e-5 * np.abs(y).max())
+
+
 def test_small_weights_stay_float32():
     model, w, b = _linear(32, 16)  # 512 elements < MIN_ELEMENTS
     compiled = hetc.compile(model, dims={"batch": (1, 2), "seq": (1, 8)}, weights="int8")

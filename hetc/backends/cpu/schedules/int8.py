@@ -28,6 +28,17 @@ instruction on a register tile.
 Without VNNI (AVX2: every x86 CPU before Ice Lake / Zen 4) the same tile steps with
 ``vpmaddwd`` on operands widened to int16 (``PMADDWD``, rule ``int8-pmaddwd``): 2 products per
 lane per step instead of 4, never saturating, so the result is the exact integer one too.
+
+The weight-only int8 matmuls (``passes/weight_int8.py``) arrive as one kernel of float32 rows:
+a row pass (each row's peak, the row rounded to int16), the int32 contraction on the int16
+rows, then a pass scaling the sums by the row's step and the column's scale. There the step is
+``vpdpwssd`` on AVX512-VNNI (two int16 x int8-widened products per lane, added in the same
+instruction) or ``vpmaddwd`` (above), and ``stage_rows`` computes the rows each tile
+needs inside it, in a local buffer, so that the tile's loop is the only reader. With symbolic
+rows (``batch * seq``), each task is a column panel of a one-row tile and its rows a serial loop
+inside it: the panel streams from memory, prefetched (``prefetch.py``), once for the first
+row and from cache for the others; its ``jb`` vectors are packed adjacent at each step
+(``_packed``), one contiguous stream.
 """
 
 from __future__ import annotations
@@ -346,7 +357,7 @@ def _schedule(sch: Schedule, infos, main, kind: Instruction) -> bool:
     acc = sch.cache_write(main.block_rv, 0, "local")
     if row_pass:
         sch.reverse_compute_at(acc, tile, preserve_unit_loops=True)
-        stage_rows(sch, infos, main, tile)
+        stage_rows(sch, infos, main, tile, 8 if kind is PMADDWD_AVX2 else 16)  # float32 lanes
         epilogue = None
     else:
         epilogue = inline_chain(sch, acc, infos, main)
@@ -362,11 +373,13 @@ def _schedule(sch: Schedule, infos, main, kind: Instruction) -> bool:
     return True
 
 
-def stage_rows(sch: Schedule, infos, main, loop) -> None:
-    """The row pass of a weight-only int8 matmul (``passes/weight_int8._quantized_matmul``:
-    each row's peak in 16 lanes, then across them, then the row rounded to int16): serial
-    loops before the contraction's parallel one (a few microseconds at a decoding step's
-    rows; a parallel region would cost as much), the lanes and the rounding vectorized."""
+def stage_rows(sch: Schedule, infos, main, loop, lanes: int) -> None:
+    """The passes around a weight-only int8 contraction (``passes/weight_int8._quantized_matmul``):
+    the row pass (each row's peak in 16 lanes, then across them; the row rounded to int16) at
+    ``loop``, the tile's, into local buffers (each task rounds the rows it reads: a few
+    hundred vector instructions against a panel of thousands of weights); after the tile loop,
+    the peaks again and the scaling of the int32 sums, the latter as an injective kernel. The
+    lanes and the rounding are vectorized."""
     before, after = infos[:infos.index(main)], infos[infos.index(main) + 1:]
     for producer in reversed(before):
         sch.compute_at(producer.block_rv, loop, preserve_unit_loops=True)
@@ -375,7 +388,7 @@ def stage_rows(sch: Schedule, infos, main, loop) -> None:
     for block in spatial_after[:-1]:
         sch.compute_inline(block)
     if spatial_after:
-        schedule_spatial(sch, spatial_after[-1], 16)
+        schedule_spatial(sch, spatial_after[-1], lanes)
     for producer in before + [b for b in after if b.is_reduction()]:
         block = producer.block_rv
         loops = sch.get_loops(block)

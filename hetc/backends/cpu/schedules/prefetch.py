@@ -11,9 +11,11 @@ int8``) are spread out even at one row: a step converts each vector to float bef
 multiply-add, and reads a quarter of the bytes per step; 96 chained 768 x 2048 int8 matmuls at
 one row read 12.2 GB/s without prefetches and 18.4 with them (2 cores, same CPU).
 
-The contraction rule marks the loops (``mark``): the parallel loop over column panels and the
-reduction loop, the latter with the packed buffer, the reduction steps to look ahead, the
-cache lines per step and the elements per line. ``inject`` (or ``inject_text``, on a function
+The contraction rule and the int8 rule (one-row tiles of weight-only int8 matmuls, in
+``vpdpwssd``/``vpmaddwd`` steps) mark the loops (``mark``): the parallel loop over column panels
+and the reduction loop, the latter with the packed buffer, the reduction steps to look ahead
+and the index of each cache line's first element within a step's row (the trailing axes of a
+``[panel, k, ..]`` buffer). ``inject`` (or ``inject_text``, on a function
 being printed anyway) then adds one ``llvm.prefetch`` per cache line at the top of the
 reduction loop's body, for the row ``ahead`` steps on in the same panel (that of the panel loop
 above it: each branch of a dispatch has its own). The call would keep LLVM from holding a
