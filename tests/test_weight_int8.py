@@ -14,6 +14,15 @@ from hetc.errors import UsageError
 from hetc.passes.weight_int8 import MIN_ELEMENTS, quantize, reference, row_bound
 
 
+def _has_dot() -> bool:
+    """Whether this CPU has an integer dot product (the int16 form's kernels)."""
+    from hetc.backends.cpu.codegen import llvm_target
+    from hetc.backends.cpu.schedules.int8 import instruction
+    from hetc.options import CompileOptions
+
+    return instruction(llvm_target(CompileOptions())) is not None
+
+
 def _words(compiled) -> bool:
     """Whether the int8 matmuls run on int16 activations (CPUs with an integer dot product)."""
     rules = {rule for name, rule in compiled.report["kernels"].items() if "matmul_w8" in name}
@@ -90,11 +99,7 @@ def test_ragged_columns_are_padded_to_whole_panels(n):
     w = np.random.default_rng(n).normal(size=(k, n)).astype(np.float32)
     model = make([helper.make_node("MatMul", ["x", "W"], ["y"])], [tensor("x", ["batch", "seq", k])],
                  [tensor("y", ["batch", "seq", n])], {"W": w})
-    from hetc.backends.cpu.codegen import llvm_target
-    from hetc.backends.cpu.schedules.int8 import instruction
-    from hetc.options import CompileOptions
-
-    if instruction(llvm_target(CompileOptions())) is None:
+    if not _has_dot():
         pytest.skip("this CPU has no integer dot product: the float kernel")
     compiled = hetc.compile(model, dims={"batch": (1, 4), "seq": (1, 8)}, weights="int8")
     assert _words(compiled)
@@ -103,6 +108,25 @@ def test_ragged_columns_are_padded_to_whole_panels(n):
     y = compiled.run({"x": x})["y"]
     assert y.shape == (3, 2, n)
     np.testing.assert_allclose(y, reference(x, q, scale), rtol=2e-5, atol=2e-5 * np.abs(y).max())
+
+
+@pytest.mark.parametrize("rows", [3, 20])
+def test_static_rows_take_the_int16_form_only_when_few(rows):
+    """A few static rows run the int16 form in tiles of several rows; more keep the float
+    kernel, whose tiles reuse each converted weight vector across rows (``STATIC_ROWS``)."""
+    from hetc.passes.weight_int8 import STATIC_ROWS
+
+    k, n = 128, 96
+    w = np.random.default_rng(rows).normal(size=(k, n)).astype(np.float32)
+    model = make([helper.make_node("MatMul", ["x", "W"], ["y"])], [tensor("x", [rows, k])], [tensor("y", [rows, n])],
+                 {"W": w})
+    compiled = hetc.compile(model, weights="int8")
+    x = np.random.default_rng(2).normal(size=(rows, k)).astype(np.float32)
+    q, scale = quantize(w)
+    words = _words(compiled)
+    assert words == (rows <= STATIC_ROWS and _has_dot())
+    expected = reference(x, q, scale) if words else (x.astype(np.float64) @ q.astype(np.float64)) * scale
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=2e-5, atol=2e-5 * np.abs(expected).max())
 
 
 def test_small_weights_stay_float32():

@@ -319,9 +319,9 @@ def _schedule(sch: Schedule, infos, main, kind: Instruction) -> bool:
         if a_dtype != "int16" or (lanes, ROW) not in kind.intrinsics:
             return False
         a_dtype = ROW
-    elif (lanes, a_dtype) not in kind.intrinsics:
-        return False
-    if not row_pass:
+    else:
+        if (lanes, a_dtype) not in kind.intrinsics:
+            return False
         stage_producers(sch, infos, main)
 
     preproc = sch.cache_read(main.block_rv, w_idx, "global")
