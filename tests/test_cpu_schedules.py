@@ -385,6 +385,7 @@ def test_int8_weights_are_prefetched_at_one_row_too():
     matmuls read 12.2 GB/s at one row without prefetches, 18.4 with them; 2-core Intel Xeon,
     LLVM emeraldrapids), and both of its decoding branches prefetch."""
     from hetc.backends.cpu.schedules import prefetch
+    from hetc.backends.cpu.schedules.int8 import instruction
     from hetc.passes.weight_int8 import quantize, reference
 
     k = 1024
@@ -393,6 +394,7 @@ def test_int8_weights_are_prefetched_at_one_row_too():
         options = CompileOptions(weights="int8", cpu=cpu)
         text = _scheduled_text(_matmul_model(k, n), options)
         words = "int16" in text
+        assert words == (instruction(llvm_target(options)) is not None), text  # every x86 CPU with AVX2
         if words:
             assert "llvm.prefetch" in text and ("vpdpwssd" in text or "pmaddw" in text), text
         else:

@@ -59,6 +59,7 @@ def test_int8_matmul_equals_the_dequantized_weights(seq):
     x = np.random.default_rng(seq).normal(size=(2, seq, 192)).astype(np.float32)
     y = compiled.run({"x": x})["y"]
     q, scale = quantize(w)
+    assert _words(compiled) == _has_dot()
     if _words(compiled):  # activations rounded to int16 per row, exact int32 sums
         expected = reference(x, q, scale) + b
     else:

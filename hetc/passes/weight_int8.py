@@ -34,6 +34,8 @@ Two kernels, by what the CPU has (``schedules/int8.instruction``):
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import tvm
 from tvm import relax
@@ -136,7 +138,7 @@ class _Int8Weights(relax.PyExprMutator):
         q, scale = quantize(weight.value.numpy())
         self.count += 1
         leading = x.ty.shape.values[:-1]
-        many = all(isinstance(d, tvm.tirx.IntImm) for d in leading) and np.prod([int(d) for d in leading]) > STATIC_ROWS
+        many = all(isinstance(d, tvm.tirx.IntImm) for d in leading) and math.prod(int(d) for d in leading) > STATIC_ROWS
         if not self.words or many or q.shape[0] % 2:  # (the int16 steps take the rows two at a time)
             return self.builder_.call_te(_int8_matmul, x, relax.const(q), relax.const(scale),
                                          primfunc_name_hint="matmul_w8")

@@ -217,7 +217,7 @@ def instruction(target: Target) -> Instruction | None:
     return None
 
 
-def _apply(func: tirx.PrimFunc, target: Target, kind: Instruction) -> Schedule | None:
+def _apply(func: tirx.PrimFunc, target: Target, kind: Instruction, lanes: int) -> Schedule | None:
     dtypes = {str(getattr(p, "dtype", "")) for p in func.params}
     a_dtypes = {a for _, a in kind.intrinsics}
     if ROW in a_dtypes:
@@ -233,23 +233,21 @@ def _apply(func: tirx.PrimFunc, target: Target, kind: Instruction) -> Schedule |
     if main is None:
         return None
     register_intrinsics()
-    if not _schedule(sch, infos, main, kind):
+    if not _schedule(sch, infos, main, kind, lanes):
         return None
     return sch
 
 
 def apply(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
-    del lanes
     if not has_vnni(target):
         return None
-    sch = _apply(func, target, VNNI)
-    return sch if sch is not None else _apply(func, target, VNNI_WORDS)
+    sch = _apply(func, target, VNNI, lanes)
+    return sch if sch is not None else _apply(func, target, VNNI_WORDS, lanes)
 
 
 def apply_widened(func: tirx.PrimFunc, target: Target, lanes: int) -> Schedule | None:
-    del lanes
     kind = instruction(target)
-    return _apply(func, target, kind) if kind is not None and kind.name == PMADDWD.name else None
+    return _apply(func, target, kind, lanes) if kind is not None and kind.name == PMADDWD.name else None
 
 
 def operands(sch: Schedule, block, spatial, reduce, a_dtypes):
@@ -281,7 +279,9 @@ def operands(sch: Schedule, block, spatial, reduce, a_dtypes):
     return a_idx, w_idx, pj, pk
 
 
-def _schedule(sch: Schedule, infos, main, kind: Instruction) -> bool:
+def _schedule(sch: Schedule, infos, main, kind: Instruction, float_lanes: int) -> bool:
+    """Schedule ``main`` with ``kind``'s register tile; ``float_lanes``: the float32 SIMD width
+    (the vector passes around a weight-only int8 contraction)."""
     spatial = [it for it in main.iters if it.kind == "S"]
     reduce = [it for it in main.iters if it.kind == "R"]
     if not spatial or not reduce or [it.kind for it in main.iters] != ["S"] * len(spatial) + ["R"] * len(reduce):
@@ -357,7 +357,7 @@ def _schedule(sch: Schedule, infos, main, kind: Instruction) -> bool:
     acc = sch.cache_write(main.block_rv, 0, "local")
     if row_pass:
         sch.reverse_compute_at(acc, tile, preserve_unit_loops=True)
-        stage_rows(sch, infos, main, tile, 8 if kind is PMADDWD_AVX2 else 16)  # float32 lanes
+        stage_rows(sch, infos, main, tile, float_lanes)
         epilogue = None
     else:
         epilogue = inline_chain(sch, acc, infos, main)
