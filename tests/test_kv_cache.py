@@ -150,6 +150,25 @@ def test_finished_rows_leave_the_batch(decoder):
     assert out[0, 7] == eos and (out[0, 8:] == eos).all()
 
 
+def test_step_logits_outlive_the_next_step(decoder):
+    """A step's logits are a view of the VM's output, not a copy: later steps, and a batch
+    that shrinks and grows back (``keep``, ``reset``), leave them as they were."""
+    compiled, _, _ = decoder
+    prompt = np.random.default_rng(4).integers(0, 1000, (2, 6))
+    session = hetc.session(compiled, 2)
+    first = session.prefill(prompt)
+    kept = first.copy()
+    second = session.step(np.argmax(first, -1))
+    kept_second = second.copy()
+    session.keep([1])
+    session.step(np.array([5]))
+    session.reset()
+    again = session.prefill(prompt)
+    np.testing.assert_array_equal(first, kept)
+    np.testing.assert_array_equal(second, kept_second)
+    np.testing.assert_array_equal(again, kept)  # all rows again after reset, the same buffers
+
+
 def test_bad_inputs_are_one_line_errors(decoder):
     compiled, _, path = decoder
     with pytest.raises(UsageError, match="kv-cache.*>= 1"):

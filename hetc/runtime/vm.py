@@ -74,7 +74,7 @@ class VMRunner:
 
     def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
         """``main`` on numpy arrays, returning numpy arrays. On the CPU neither side is copied
-        where it need not be (the fixed cost of a call: see ``_on_device``, ``_to_numpy``)."""
+        where it need not be (the fixed cost of a call: see ``_on_device``, ``to_numpy``)."""
         main = self._main()
         if not self.on_cpu:
             return _flatten(self.invoke(main, [tvm.runtime.tensor(np.require(a, requirements="C"),
@@ -83,7 +83,7 @@ class VMRunner:
         inputs = [self._on_device(i, np.asarray(a), passed) for i, a in enumerate(args)]
         outputs: list[np.ndarray] = []
         for value in _tensors(self.invoke(main, inputs)):
-            array = _to_numpy(value)
+            array = to_numpy(value)
             if isinstance(value, tvm.runtime.Tensor):
                 for other in (*passed, *outputs):
                     if np.may_share_memory(array, other):
@@ -114,6 +114,15 @@ class VMRunner:
         staged[0][...] = array
         passed.append(staged[0])
         return staged[1]
+
+    def tensor(self, index: int, array: np.ndarray):
+        """``array`` as input ``index`` of ``main``, on the first device: on the CPU staged as
+        ``__call__`` stages it (into the aligned buffer kept for that input: no allocation while
+        its shape repeats), elsewhere copied to a new device tensor. For callers that pass TVM
+        values themselves (``hetc.session``); ``function`` first."""
+        if not self.on_cpu:
+            return tvm.runtime.tensor(np.require(array, requirements="C"), self.first)
+        return self._on_device(index, array, [])
 
     def call_tensors(self, args: Sequence) -> list:
         """Run ``main`` on numpy arrays or TVM tensors (already on the first device: not copied)
@@ -161,7 +170,7 @@ _DLPACK_NUMPY = frozenset(np.dtype(name) for name in (
     "float64"))
 
 
-def _to_numpy(value) -> np.ndarray:
+def to_numpy(value) -> np.ndarray:
     """A numpy view of a CPU output (it keeps the tensor alive), else a copy (a GPU tensor, or
     a dtype numpy does not take through DLPack: bfloat16, float8)."""
     if isinstance(value, tvm.runtime.ShapeTuple):  # an ONNX Shape output the VM kept symbolic
@@ -179,7 +188,7 @@ def _tensors(value) -> list:
 
 
 def _flatten(value) -> list[np.ndarray]:
-    return [_to_numpy(t) if isinstance(t, tvm.runtime.ShapeTuple) else t.numpy() for t in _tensors(value)]
+    return [to_numpy(t) if isinstance(t, tvm.runtime.ShapeTuple) else t.numpy() for t in _tensors(value)]
 
 
 def load(path: Path, devices: Sequence[str], threads: int = 0) -> VMRunner:
