@@ -6,7 +6,10 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -171,9 +174,6 @@ def test_pool_size_follows_the_environment(examples, tmp_path):
             "runtime = tvm.base._LOADED_LIBS['tvm_runtime']\n"
             "tvm_launch = ctypes.cast(runtime.TVMBackendParallelLaunch, ctypes.c_void_p)\n"
             "print(ctypes.c_void_p.in_dll(lib, '__TVMBackendParallelLaunch').value != tvm_launch.value)\n")
-    import subprocess
-    import sys
-
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TVM_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr
@@ -186,7 +186,6 @@ def test_pool_size_follows_the_environment(examples, tmp_path):
 
 def _disassembly(library) -> str:
     import shutil
-    import subprocess
 
     if shutil.which("objdump") is None:
         pytest.skip("no objdump to read the generated instructions")
@@ -266,3 +265,9 @@ def test_pool_object_is_built_where_it_can_be(tmp_path, monkeypatch):
         assert not list((tmp_path / "cache").glob("*"))  # nothing half-written
     finally:
         pool.pool_object.cache_clear()
+    # the temporary directory goes when the process does
+    env = {**{k: v for k, v in os.environ.items() if k != "CXX"}, "HETC_CACHE_DIR": str(blocker / "cache")}
+    done = subprocess.run([sys.executable, "-c", "from hetc.backends.cpu import pool; print(pool.pool_object())"],
+                          capture_output=True, text=True, env=env, check=True)
+    own = Path(done.stdout.strip()).parent
+    assert own.name.startswith("hetc-pool-") and not own.exists()

@@ -7,6 +7,9 @@ torch.distributed's gloo backend, so these tests need torch (skipped without it)
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
+from urllib.parse import urlparse
 
 import numpy as np
 import onnx
@@ -53,6 +56,13 @@ def test_two_processes_match_onnxruntime(encoder, degree, tmp_path):
     again = compiled.run(inputs)
     for got, ref in zip(again.values(), reference, strict=True):
         assert_close(got, ref)
+    # closing removes the session's rendezvous directory (one was left per start)
+    from hetc.parallel.runtime import close_all
+
+    rendezvous = Path(urlparse(os.environ["HETC_DIST_INIT"]).path).parent
+    assert rendezvous.is_dir() and rendezvous.name.startswith("hetc-dist-")
+    close_all()
+    assert not rendezvous.exists()
 
     parallel = compiled.manifest.parallel
     assert parallel["kind"] == {"tp": "tensor", "pp": "pipeline"}[degree]

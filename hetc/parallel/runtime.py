@@ -34,9 +34,11 @@ rank 0 plays worker 0's part (it has the inputs and gets the outputs).
 
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -230,6 +232,7 @@ class ParallelRunner:
         self.ranks = len(parallel["ranks"])
         self.threads = threads  # per rank; 0: an equal share of the cores (``_cores``)
         self.session = None
+        self._rendezvous: Path | None = None
         self._lock = threading.Lock()
 
     def _start(self) -> None:
@@ -240,7 +243,9 @@ class ParallelRunner:
                               "pip install 'hetc[torch]'") from None
         close_all()
         disco_module = disco()
-        rendezvous = Path(tempfile.mkdtemp(prefix="hetc-dist-")) / "init"
+        self._rendezvous = Path(tempfile.mkdtemp(prefix="hetc-dist-"))  # removed by close(), else at exit
+        atexit.register(shutil.rmtree, self._rendezvous, ignore_errors=True)
+        rendezvous = self._rendezvous / "init"
         os.environ["HETC_DIST_INIT"] = rendezvous.as_uri()
         os.environ["HETC_DIST_WORLD"] = str(self.ranks)
         gloo.install()  # worker 0 runs in this process
@@ -294,3 +299,6 @@ class ParallelRunner:
             restore_threads()
         _programs.clear()
         gloo.leave()
+        if self._rendezvous is not None:  # every start made one: 357 were left in a CI machine's /tmp
+            shutil.rmtree(self._rendezvous, ignore_errors=True)
+            self._rendezvous = None

@@ -9,10 +9,12 @@ The object file is cached under ``$HETC_CACHE_DIR`` (default ``$XDG_CACHE_HOME/h
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import os
 import shlex
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -41,7 +43,9 @@ def pool_object() -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         return _build(compiler, target)
     except OSError:  # no writable cache: build it for this process only
-        return _build(compiler, Path(tempfile.mkdtemp(prefix="hetc-pool-")) / target.name)
+        own = Path(tempfile.mkdtemp(prefix="hetc-pool-"))
+        atexit.register(shutil.rmtree, own, ignore_errors=True)
+        return _build(compiler, own / target.name)
 
 
 def _build(compiler: list[str], target: Path) -> str:
