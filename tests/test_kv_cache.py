@@ -351,13 +351,14 @@ def test_multi_query_attention_reads_its_one_head(tmp_path):
 @pytest.mark.parametrize("length", [40, 200])
 def test_the_scores_kernel_reads_only_the_valid_prefix(length):
     """``kv_scores`` against numpy at every shape of its last tile (no full tile, a partial one
-    after full ones, none), over keys stored transposed, GQA (4 heads on 2), 2 rows; the buffer
-    slots past the valid length hold NaN, which must never reach a score."""
+    after full ones, none), over keys stored transposed, GQA (4 heads on 2), 2 rows, one query
+    (a step) and a prompt's (groups of ``SCORE_QUERIES`` and the rest); the buffer slots past
+    the valid length hold NaN, which must never reach a score."""
     import tvm
 
     from hetc.backends.cpu.codegen import llvm_target
     from hetc.options import CompileOptions
-    from hetc.passes.kv_cache import SCORE_TILE, _scores_kernel
+    from hetc.passes.kv_cache import SCORE_QUERIES, SCORE_TILE, _scores_kernel
 
     heads, kv, width = 4, 2, 8
     func = _scores_kernel((kv, width, length), heads, "float32").with_attr("global_symbol", "main")
@@ -367,10 +368,12 @@ def test_the_scores_kernel_reads_only_the_valid_prefix(length):
     for n_k in sorted({1, 37, SCORE_TILE, SCORE_TILE + 5, 2 * SCORE_TILE, length - 1, length} - {0}):
         if n_k > length:
             continue
-        x = rng.standard_normal((2, heads, 3, width)).astype(np.float32)
-        keys = rng.standard_normal((2, kv, width, length)).astype(np.float32)
-        keys[..., n_k:] = np.nan
-        out = tvm.runtime.tensor(np.zeros((2, heads, 3, n_k), np.float32))
-        lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(keys), out)
-        expected = np.einsum("bhqe,bhek->bhqk", x, np.repeat(keys[..., :n_k], heads // kv, axis=1))
-        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5, err_msg=f"n_k={n_k}")
+        for queries in (1, SCORE_QUERIES - 1, 2 * SCORE_QUERIES + 1):
+            x = rng.standard_normal((2, heads, queries, width)).astype(np.float32)
+            keys = rng.standard_normal((2, kv, width, length)).astype(np.float32)
+            keys[..., n_k:] = np.nan
+            out = tvm.runtime.tensor(np.zeros((2, heads, queries, n_k), np.float32))
+            lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(keys), out)
+            expected = np.einsum("bhqe,bhek->bhqk", x, np.repeat(keys[..., :n_k], heads // kv, axis=1))
+            np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5,
+                                       err_msg=f"n_k={n_k}, {queries} queries")
