@@ -59,3 +59,37 @@ def test_gelu_runs_the_polynomial_erf_or_tanh(approximate):
         ref = 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3)))
     out = compiled.run({"x": x})["y"]
     assert np.abs(out - ref).max() < 2e-6 * max(1.0, np.abs(ref).max())
+
+
+def test_softmax_over_a_symbolic_row_runs_in_vectors():
+    """A softmax whose last axis is symbolic (a decoder's attention over past + seq positions)
+    is ``softmax_rows``'s kernel: whole vectors of 16 and a scalar tail, at every tail length;
+    within 3e-7 of float64, and equal to the static-length build; huge negatives (a mask) give
+    exact zeros; float64 keeps TVM's lowering."""
+    def softmax(dims, dtype=TensorProto.FLOAT):
+        graph = helper.make_graph(
+            [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "softmax",
+            [helper.make_tensor_value_info("x", dtype, dims)], [helper.make_tensor_value_info("y", dtype, dims)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        return model
+
+    symbolic = hetc.compile(softmax(["b", 3, "t"]), "cpu", dims={"b": (1, 4), "t": (1, 4096)})
+    assert any("softmax_rows" in name for name in symbolic.report["kernels"]), symbolic.report["kernels"]
+    rng = np.random.default_rng(0)
+    for length in (1, 5, 16, 17, 33, 2001):
+        x = (rng.standard_normal((2, 3, length)) * 8).astype(np.float32)
+        x[1, 0, 0] = -3.4e38  # a masked position
+        got = symbolic.run({"x": x})["y"]
+        ref = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+        ref /= ref.sum(-1, keepdims=True)
+        assert np.abs(got - ref).max() < 3e-7, length
+        assert got[1, 0, 0] == 0.0 or length == 1
+        static = hetc.compile(softmax([2, 3, length]), "cpu")
+        assert not any("softmax_rows" in name for name in static.report["kernels"])
+        assert_close(got, static.run({"x": x})["y"], rel=1e-6)
+    double = hetc.compile(softmax(["b", 3, "t"], TensorProto.DOUBLE), "cpu", dims={"b": (1, 4), "t": (1, 64)})
+    assert not any("softmax_rows" in name for name in double.report["kernels"])
+    x = rng.standard_normal((1, 3, 40))
+    ref = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(double.run({"x": x})["y"], ref / ref.sum(-1, keepdims=True), rtol=1e-12)

@@ -23,7 +23,7 @@ from ...passes.phases import (
 )
 from ...passes.pipeline import Stage
 from ..byoc import with_offloads
-from . import grouped_conv
+from . import grouped_conv, softmax_rows
 from .codegen import llvm_target
 from .fold_packing import fold_packing_pass
 from .int8 import int8_conv_pass
@@ -106,8 +106,13 @@ def _fast_softmax(x, axis: int = -1):
     return te.compute(x.shape, lambda *i: exp(*i) * inverse(*i[:-1]), name="T_softmax_norm", attrs={"axis": rank - 1})
 
 
+def _softmax(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """A row of symbolic length: ``softmax_rows.py``'s kernel; else ``_fast_softmax``."""
+    return softmax_rows.legalize(bb, call) if softmax_rows.takes(call) else _fast(_fast_softmax)(bb, call)
+
+
 FAST_MATH = {"relax.erf": _fast(topi.fast_erf), "relax.exp": _fast(topi.fast_exp),
-             "relax.tanh": _fast(topi.fast_tanh), "relax.nn.softmax": _fast(_fast_softmax),
+             "relax.tanh": _fast(topi.fast_tanh), "relax.nn.softmax": _softmax,
              "relax.sigmoid": _fast(_fast_sigmoid), "relax.nn.silu": _fast(_fast_silu),
              "relax.nn.gelu": _fast(_fast_gelu), "relax.nn.gelu_tanh": _fast(_fast_gelu_tanh)}
 
