@@ -73,7 +73,7 @@ def _fast_gelu_tanh(x):
                                                                            topi.fast_tanh(inner)))
 
 
-SOFTMAX_LANES = 16  # partial maxima and sums per row: one AVX-512 vector, two AVX2 ones
+SOFTMAX_LANES = softmax_rows.LANES  # partial maxima and sums per row, for either length
 
 
 def _fast_softmax(x, axis: int = -1):
