@@ -29,6 +29,11 @@ from hetc.options import CompileOptions
 
 VNNI = has_vnni(llvm_target(CompileOptions()))
 AMX = has_amx(llvm_target(CompileOptions()))
+# onnxruntime's u8 x s8 kernels are exact where the host has VNNI; its AVX2 ones sum pairs of
+# products with vpmaddubsw, whose int16 sums saturate (issue 32: up to 25 steps off on these
+# tests' random weights, Zen 3). There the tests compare with the ONNX reference evaluator, or
+# with onnxruntime's literal QDQ graph (float32 convs between DequantizeLinear and QuantizeLinear).
+ORT_EXACT = VNNI
 # this CPU's int8 kernels (every x86-64 CI has AVX2); AMX takes the shapes that fill its tiles
 INT8_RULES = {"int8-amx", "int8-vnni"} if AMX else {"int8-vnni"} if VNNI else {"int8-pmaddwd"}
 
@@ -211,12 +216,14 @@ def test_qlinear_conv_matches_the_reference_exactly(shape):
     """QLinearConv (onnxruntime's QOperator format) through the integer conv rewrite and the
     VNNI kernel: exactly the ONNX reference here (it requantizes in float64, hetc in float32
     like onnxruntime: they can differ by one step where a product lies within float32's
-    rounding of a half, which these shapes do not hit), and onnxruntime within one step."""
+    rounding of a half, which these shapes do not hit), and onnxruntime within one step where
+    its kernels are exact (``ORT_EXACT``)."""
     model, x = _qlinear_conv(*shape, seed=sum(shape))
     compiled = hetc.compile(model, "cpu")
     got = compiled.run({"x": x})["y"]
     np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
-    assert np.abs(got.astype(int) - ort_run(model, {"x": x})[0].astype(int)).max() <= 1
+    if ORT_EXACT:
+        assert np.abs(got.astype(int) - ort_run(model, {"x": x})[0].astype(int)).max() <= 1
     assert _int8_kernels(compiled), compiled.report["kernels"]
 
 
@@ -285,6 +292,48 @@ def test_avx2_kernels_never_saturate(tmp_path):
     assert re.search(r"vpmaddwd\s.*%ymm", code) and "vpmaddubsw" not in code and "vpdpbusd" not in code
 
 
+def test_requantization_is_vector_code(tmp_path):
+    """The requantization after the int32 tile (float32 scale, round half to even, clamp,
+    uint8) runs in vectors of the tile's lanes: no byte stored by its own ``vpextrb`` (64 of
+    them in this kernel when LLVM vectorized it across the tile's rows, and every ``nearbyint``
+    scalarized by TVM's VectorizeLoop before ``passes/phases.vectorizable_rint``). Within one
+    step of the reference: its scale product rounds a half differently in one element."""
+    rng = np.random.default_rng(0)
+    c, k, hw = 64, 256, 8
+    inits = {"xs": np.array(0.02, np.float32), "xz": np.array(0, np.uint8),
+             "w": rng.integers(-127, 128, (k, c, 1, 1), dtype=np.int8),
+             "ws": rng.uniform(1e-3, 2e-3, k).astype(np.float32), "wz": np.zeros(k, np.int8),
+             "ys": np.array(0.05, np.float32), "yz": np.array(0, np.uint8)}
+    model = make([helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"])],
+                 [tensor("x", [1, c, hw, hw], np.uint8)], [tensor("y", [1, k, hw, hw], np.uint8)], inits)
+    x = rng.integers(0, 256, (1, c, hw, hw), dtype=np.uint8)
+    compiled = hetc.compile(model, "cpu", cpu="haswell")
+    got = compiled.run({"x": x})["y"].astype(np.int32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0].astype(np.int32)
+    assert np.abs(got - want).max() <= 1 and (got != want).mean() < 1e-3
+    kernels = re.findall(r"<(fused_conv2d\S*?_compute_)>:\n(.*?)\n\n", _objdump(compiled, tmp_path), re.S)
+    assert kernels and all("vpextrb" not in body and "vroundps" in body for _, body in kernels)
+
+
+def test_nearbyint_vectorizes():
+    """TVM 0.27's ``tirx.nearbyint`` lacks ``TVectorizable``: a vectorized loop that rounds
+    was made scalar again. hetc registers it (``passes/phases.vectorizable_rint``)."""
+    from tvm.script import tirx as T
+
+    import hetc.passes.phases  # noqa: F401 -- registers the attribute
+    from hetc.backends.cpu.schedules import lowered
+
+    @T.prim_func(s_tir=True)
+    def rint(a: T.Buffer((64,), "float32"), o: T.Buffer((64,), "float32")):
+        for i in T.vectorized(64):
+            with T.sblock("b"):
+                v = T.axis.spatial(64, i)
+                o[v] = T.nearbyint(a[v])
+
+    text = lowered(rint, llvm_target(CompileOptions(cpu="haswell")))["main"].script()
+    assert "T.nearbyint(a_1[T.Ramp(0, 1, 64)])" in text and "range(64)" not in text, text
+
+
 @pytest.mark.parametrize("shape", [
     (1, 16, 9, 9, 32, 3, 1, 1), (2, 3, 11, 11, 16, 7, 2, 3), (1, 64, 7, 7, 48, 1, 1, 0), (1, 32, 8, 8, 16, 3, 2, 1),
 ], ids=["3x3", "stem", "1x1", "stride2"])
@@ -338,7 +387,8 @@ def _qdq_model(tmp_path, depthwise=False, classes=0):
 def _fused_within_one_step(model, groups: int, seed: int, cpu: str | None = None):
     """``model``'s QDQ groups fused (``groups`` of them, all QLinearConv, a valid model), then
     compiled (for ``cpu``) and run: the output within one step of onnxruntime's (it is
-    DequantizeLinear of a uint8: a step is its scale). Returns the compiled model."""
+    DequantizeLinear of a uint8: a step is its scale; without VNNI, its literal QDQ graph's:
+    ``ORT_EXACT``). Returns the compiled model."""
     fused = onnx.ModelProto()
     fused.CopyFrom(model)
     assert fuse_qdq(fused) == groups
@@ -349,7 +399,7 @@ def _fused_within_one_step(model, groups: int, seed: int, cpu: str | None = None
     compiled = hetc.compile(model, "cpu", cpu=cpu)
     got = compiled.run({"x": x})["y"]
     scale = float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name.startswith("y_scale")))
-    assert np.abs(got - ort_run(model, {"x": x})[0]).max() <= scale * 1.001
+    assert np.abs(got - ort_run(model, {"x": x}, optimize=ORT_EXACT)[0]).max() <= scale * 1.001
     return compiled, got
 
 

@@ -155,9 +155,26 @@ def _convs_to_convert(mod: tvm.IRModule, desired: dict) -> int:
     return count[0]
 
 
+def vectorizable_rint() -> None:
+    """Let ``VectorizeLoop`` vectorize ``tirx.nearbyint`` (``_round_half_even``; also the
+    sub-byte quantizers of ``frontends/onnx/ops/quantize.py``). Called at import: an attribute
+    of TVM's op registry, for the whole process."""
+    op = tvm.ir.Op.get("tirx.nearbyint")
+    if not op.get_attr("TVectorizable"):
+        op.set_attr("TVectorizable", True)
+
+
+vectorizable_rint()
+
+
 def _round_half_even(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """``relax.round`` as ``tir.nearbyint``: half to even on every target, as ONNX's Round and
-    QuantizeLinear require (TVM lowers it to ``tir.round``, half away from zero on CUDA)."""
+    QuantizeLinear require (TVM lowers it to ``tir.round``, half away from zero on CUDA).
+
+    TVM 0.27 registers ``tirx.nearbyint`` without ``TVectorizable`` (``round``, ``floor`` and
+    ``exp`` have it), so ``VectorizeLoop`` turned every vectorized loop that rounds back into a
+    scalar one: each requantization of an int8 kernel, each QuantizeLinear. ``vectorizable_rint``
+    (above, at import) sets it; LLVM lowers the vector form to ``vroundps``/``vrndscaleps``."""
     from tvm import te, tirx
 
     x = call.args[0]
