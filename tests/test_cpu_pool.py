@@ -196,12 +196,14 @@ def _disassembly(library) -> str:
 def test_code_for_an_avx2_cpu_has_no_avx512_and_still_matches(examples, tmp_path):
     inputs = dict(np.load(examples / "cnn_inputs.npz"))
     want = ort_run(examples / "cnn.onnx", inputs)
+    from hetc.runtime.artifact import read_manifest
+
     found = {}
     for cpu in ("haswell", "skylake-avx512"):
         out = hetc.compile(examples / "cnn.onnx", target="cpu", cpu=cpu).save(tmp_path / cpu)
         code = _disassembly(out / "cpu" / "model.so")
         found[cpu] = code.count("%zmm"), code.count("%ymm")
-        part = hetc.load(out).manifest.parts[0]
+        part = read_manifest(out).parts[0]  # not hetc.load: an AVX2 host refuses the AVX-512 build
         assert part.cpu["mcpu"] == cpu and "avx2" in part.cpu["features"]
         assert ("avx512f" in part.cpu["features"]) == (cpu != "haswell")
     assert found["haswell"][0] == 0 and found["haswell"][1] > 100  # 8-lane AVX2 code, no zmm register
