@@ -657,6 +657,34 @@ def test_byte_pad_is_vectorized_by_what_divides_the_channels(channels, width):
     np.testing.assert_array_equal(out.numpy(), np.pad(data, [(0, 0), (1, 1), (1, 1), (0, 0)], constant_values=7))
 
 
+@pytest.mark.parametrize("src, dst, channels", [("uint8", "int16", 64), ("int8", "int16", 48), ("uint8", "int32", 24)])
+def test_widening_pad_is_vector_code(src, dst, channels):
+    """An int8 conv's input padded and widened for ``vpmaddwd`` (``Cast(int16,
+    if_then_else(in bounds, x, zero point))``) runs in vectors (``common.widening_copy``): left
+    to LLVM it ran one byte at a time with the fused index divided per element (0.4 ms for
+    ResNet-50 int8's 58x58x64 pads, Zen 3). The result is numpy's."""
+    import tvm
+    from tvm import te, tirx
+
+    from hetc.backends.cpu.schedules import schedule_func
+
+    target = llvm_target(CompileOptions())
+    lanes = simd_lanes(target)
+    x = te.placeholder((1, 10, 10, channels), src, name="x")
+    widened = te.compute((1, 12, 12, channels), lambda n, h, w, c: tirx.Cast(dst, tirx.if_then_else(
+        tirx.all(h >= 1, h < 11, w >= 1, w < 11), x[n, h - 1, w - 1, c], tirx.const(7, src))), name="pad")
+    scheduled, _ = schedule_func(te.create_prim_func([x, widened]), target, lanes)
+    text = scheduled.script()
+    assert "T.vectorized(" in text, text
+    info = np.iinfo(src)
+    data = np.random.default_rng(1).integers(info.min, info.max + 1, (1, 10, 10, channels)).astype(src)
+    lib = tvm.compile(tvm.IRModule({"main": scheduled}), target=target)
+    out = tvm.runtime.tensor(np.zeros((1, 12, 12, channels), dst))
+    lib["main"](tvm.runtime.tensor(data), out)
+    want = np.pad(data, [(0, 0), (1, 1), (1, 1), (0, 0)], constant_values=7).astype(dst)
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
 @pytest.mark.parametrize("shape, perm, dtype, vector, tiles", [
     ((1, 56, 56, 256), (0, 3, 1, 2), "float32", 8, 56 * 16 * 7),  # NHWC -> NCHW at a CNN's output
     ((2, 28, 28, 64), (0, 3, 1, 2), "float32", 4, 2 * 28 * 4 * 7),
