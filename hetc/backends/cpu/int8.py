@@ -34,6 +34,7 @@ _CONV = tvm.ir.Op.get("relax.nn.conv2d")
 _SUBTRACT = tvm.ir.Op.get("relax.subtract")
 _ASTYPE = tvm.ir.Op.get("relax.astype")
 _PERMUTE = tvm.ir.Op.get("relax.permute_dims")
+_MATMUL = tvm.ir.Op.get("relax.matmul")
 
 
 def _const_int(expr) -> int | None:
@@ -80,6 +81,8 @@ class _Int8Conv(PyExprMutator):  # pylint: disable=abstract-method
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
         call = super().visit_call_(call)
+        if isinstance(call, relax.Call) and call.op.same_as(_MATMUL):
+            return self._matmul(call)
         if not (isinstance(call, relax.Call) and call.op.same_as(_CONV)):
             return call
         attrs = call.attrs
@@ -120,6 +123,19 @@ class _Int8Conv(PyExprMutator):  # pylint: disable=abstract-method
             return conv
         correction = (zx * w.astype(np.int64).reshape(w.shape[0], -1).sum(axis=1)).astype(np.int32)
         return relax.op.subtract(self.builder_.emit(conv), relax.const(correction))
+
+    def _matmul(self, call: relax.Call) -> relax.Expr:
+        """MatMulInteger's ``matmul(a: uint8, b: int8 constant) -> int32`` (``frontends/onnx/ops/
+        quantize.matmul_integer``) with ``a`` widened to int16 first, where the kernel is
+        ``vpmaddwd``'s: then each row's pair of inputs is one ``vpbroadcastd`` from memory, where
+        a uint8 pair took four instructions at every use (a load, a move to a vector register, a
+        zero extension, the broadcast) and the 4 x 3 tile spilled an accumulator."""
+        a, b = call.args
+        if (not self.widen or str(call.ty.dtype) != "int32" or str(a.ty.dtype) != "uint8"
+                or str(b.ty.dtype) != "int8" or not isinstance(b, tvm.ir.GenericConst)):
+            return call
+        self.count += 1
+        return relax.op.matmul(self.builder_.emit(relax.op.astype(a, "int16")), b, out_dtype="int32")
 
     def _depthwise(self, call: relax.Call, x: relax.Expr, zx: int, w: np.ndarray) -> relax.Expr:
         """A depthwise conv on ``x - zx`` computed in float32, exactly: no int8 dot product
@@ -176,7 +192,8 @@ def integer_kernels(options) -> bool:
 
 def int8_conv_pass(widen: bool) -> tvm.transform.Pass:
     """Integer convs (NHWC) on uint8 activations and int8 weights, ready for ``vpdpbusd``; with
-    ``widen`` (CPUs without VNNI: ``vpmaddwd``) on the activations widened to int16."""
+    ``widen`` (CPUs without VNNI: ``vpmaddwd``) on the activations widened to int16, and so are
+    MatMulInteger's uint8 rows (``_matmul``)."""
 
     @tvm.transform.module_pass(opt_level=0, name="HetcInt8Conv")
     def rewrite(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
