@@ -289,7 +289,7 @@ def test_matmul_integer_on_avx2_broadcasts_int16_rows(tmp_path):
     a = rng.integers(0, 256, (m, k), dtype=np.uint8)
     compiled = hetc.compile(model, "cpu", cpu="haswell")
     np.testing.assert_array_equal(compiled.run({"a": a})["y"], a.astype(np.int64) @ w.astype(np.int64))
-    kernels = re.findall(r"<(\S*matmul\S*?_compute_)>:\n(.*?)\n\n", _objdump(compiled, tmp_path), re.S)
+    kernels = re.findall(r"<(\S*matmul\S*?_compute_)>:\n(.*?)\n\n", _objdump(compiled, tmp_path), re.DOTALL)
     assert kernels and all("vpmaddwd" in body and "vpmovzxbw" not in body and "movzwl" not in body
                            for _, body in kernels), [name for name, _ in kernels]
 
@@ -329,7 +329,7 @@ def test_requantization_is_vector_code(tmp_path):
     got = compiled.run({"x": x})["y"].astype(np.int32)
     want = ReferenceEvaluator(model).run(None, {"x": x})[0].astype(np.int32)
     assert np.abs(got - want).max() <= 1 and (got != want).mean() < 1e-3
-    kernels = re.findall(r"<(fused_conv2d\S*?_compute_)>:\n(.*?)\n\n", _objdump(compiled, tmp_path), re.S)
+    kernels = re.findall(r"<(fused_conv2d\S*?_compute_)>:\n(.*?)\n\n", _objdump(compiled, tmp_path), re.DOTALL)
     assert kernels and all("vpextrb" not in body and "vroundps" in body for _, body in kernels)
 
 
