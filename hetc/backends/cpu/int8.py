@@ -12,7 +12,7 @@ which no int8 instruction can run. This pass rewrites it to
 
 the same int32 result (the padding, zx, contributes (zx - zx) * w = 0 on both sides), a
 uint8 x int8 contraction that ``vpdpbusd`` computes (on CPUs without VNNI, x is widened to
-int16 once, in the padding pass, for ``vpmaddwd``). A depthwise conv, which has no dot
+int16 once, in the padding pass, for ``vpmaddwd``; so are MatMulInteger's uint8 rows). A depthwise conv, which has no dot
 product for ``vpdpbusd``, becomes one float32 kernel on the uint8 input instead, exact
 (``_depthwise``). Only on CPUs with an int8 dot product (AVX512-VNNI, or AVX2's
 ``vpmaddwd``: ``schedules/int8.instruction``): elsewhere the int32 form stays (the int8 form

@@ -174,12 +174,19 @@ def byte_copy(block) -> bool:
     body = block.body
     if not isinstance(body, tirx.BufferStore) or str(body.buffer.dtype) not in ("int8", "uint8"):
         return False
-    value = body.value
+    return _padded_byte_load(body.value) == str(body.buffer.dtype)
+
+
+def _padded_byte_load(value) -> str | None:
+    """The dtype of ``x[..]`` when ``value`` is a load of 8-bit integers, maybe padded
+    (``if_then_else(in bounds, x[..], constant)``); else None."""
     if isinstance(value, tvm.ir.Call) and str(getattr(value.op, "name", "")) == "prim.if_then_else":
         value, other = value.args[1], value.args[2]
         if not isinstance(other, tirx.IntImm):
-            return False
-    return isinstance(value, tvm.ir.TensorLoad) and str(value.source.dtype) == str(body.buffer.dtype)
+            return None
+    if isinstance(value, tvm.ir.TensorLoad) and str(value.source.dtype) in ("int8", "uint8"):
+        return str(value.source.dtype)
+    return None
 
 
 def widening_copy(block) -> bool:
@@ -194,12 +201,7 @@ def widening_copy(block) -> bool:
     dtype = tvm.runtime.DataType(str(body.buffer.dtype))
     if dtype.type_code not in (tvm.runtime.DataTypeCode.INT, tvm.runtime.DataTypeCode.UINT) or dtype.bits < 16:
         return False
-    value = body.value.value
-    if isinstance(value, tvm.ir.Call) and str(getattr(value.op, "name", "")) == "prim.if_then_else":
-        value, other = value.args[1], value.args[2]
-        if not isinstance(other, tirx.IntImm):
-            return False
-    return isinstance(value, tvm.ir.TensorLoad) and str(value.source.dtype) in ("int8", "uint8")
+    return _padded_byte_load(body.value.value) is not None
 
 
 # Side of the square tile a transposing copy moves at a time (``transpose_tiled``).
