@@ -459,6 +459,41 @@ def test_unnamed_qdq_gemms_fuse_without_clashing_names():
     np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, {"x": x})[0], want)
 
 
+@pytest.mark.parametrize("bias", ["zero", "scaled", "misscaled"])
+def test_qdq_bias_shared_through_identity(bias):
+    """torch's exporter shares one bias among convs (folded BatchNorms alike) through
+    ``Identity``: the groups fuse through it, a zero bias at any scale (dropped: it adds
+    nothing), a nonzero one only at ``x_scale * w_scale``; the fused model is its QDQ form within
+    one step (ONNX reference) and hetc computes it exactly (unfused: float32 convs between
+    roundings, within one step)."""
+    def dq(out, x, s, z):
+        return helper.make_node("DequantizeLinear", [x, s, z], [out])
+
+    rng = np.random.default_rng(3)
+    inits = {"s": np.array(0.05, np.float32), "z": np.array(7, np.uint8), "ws": np.array(0.02, np.float32),
+             "wz": np.array(0, np.int8), "b": np.zeros(4, np.int32) if bias == "zero" else np.arange(4, dtype=np.int32) * 9 - 13,
+             "bs": np.array(0.05 * 0.02 if bias == "scaled" else 0.003, np.float32), "bz": np.array(0, np.int32),
+             "w1": rng.integers(-60, 60, (4, 3, 3, 3)).astype(np.int8), "w2": rng.integers(-60, 60, (4, 4, 1, 1)).astype(np.int8)}
+    nodes = [dq("xf", "x", "s", "z"), dq("bf", "b", "bs", "bz"), helper.make_node("Identity", ["bf"], ["b1"]),
+             helper.make_node("Identity", ["bf"], ["b2"]), dq("w1f", "w1", "ws", "wz"),
+             helper.make_node("Conv", ["xf", "w1f", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c1", "s", "z"], ["q1"]), dq("h", "q1", "s", "z"),
+             dq("w2f", "w2", "ws", "wz"), helper.make_node("Conv", ["h", "w2f", "b2"], ["c2"]),
+             helper.make_node("QuantizeLinear", ["c2", "s", "z"], ["y"])]
+    model = make(nodes, [tensor("x", [1, 3, 6, 6], np.uint8)], [tensor("y", [1, 4, 6, 6], np.uint8)], inits, opset=21)
+    x = rng.integers(0, 256, (1, 3, 6, 6)).astype(np.uint8)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert fuse_qdq(model) == (0 if bias == "misscaled" else 2)
+    onnx.checker.check_model(model)
+    fused = ReferenceEvaluator(model).run(None, {"x": x})[0]  # int32 sums, one rounding: ties may fall apart
+    assert np.abs(fused.astype(np.int16) - want).max() <= 1
+    got = hetc.compile(model, "cpu").run({"x": x})["y"]
+    if bias == "misscaled":  # float32 convs between roundings, as written
+        assert np.abs(got.astype(np.int16) - want).max() <= 1
+    else:
+        np.testing.assert_array_equal(got, fused)
+
+
 def test_depthwise_qdq_conv_is_fused_and_matches_onnxruntime(tmp_path):
     """A depthwise QDQ conv becomes a grouped QLinearConv (a float32 kernel on the uint8 input,
     exact): onnxruntime's result within one step."""

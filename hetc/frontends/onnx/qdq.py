@@ -12,9 +12,12 @@ outputs came out identical on 64 random images), and the CPU runs it with int8 k
 A group is fused when: its input is ``DequantizeLinear(x: uint8, per-tensor constant scale and
 zero point)``, its weight ``DequantizeLinear`` of an int8 initializer with zero zero points,
 its bias (if any) ``DequantizeLinear`` of an int32 initializer whose scale is exactly
-``x_scale * w_scale`` (float32, as the tool writes it) and zero point zero, and its output
+``x_scale * w_scale`` (float32, as the tool writes it) and zero point zero -- or all zero, at
+any scale, and then dropped -- and its output
 goes only to one ``QuantizeLinear`` (uint8, constant per-tensor parameters). Anything else is
-left as it is. Grouped and depthwise convs are fused too (the CPU runs a depthwise one as an
+left as it is. A ``DequantizeLinear`` may reach the conv through ``Identity`` nodes: torch's
+exporter shares one bias initializer among convs whose folded BatchNorms are equal (all zero
+in a model with random weights, transformers' ResNet) and routes it so. Grouped and depthwise convs are fused too (the CPU runs a depthwise one as an
 exact float32 kernel on the uint8 input: ``backends/cpu/int8.py``), and their outputs then
 equal onnxruntime's. A ``Gemm`` group (alpha = beta = 1, no transA: a classifier) becomes
 a 1x1 ``QLinearConv`` between two reshapes, what onnxruntime runs as QGemm: the weight then
@@ -49,6 +52,8 @@ def fuse_qdq(model: onnx.ModelProto) -> int:
 
     def dq(name: str):
         node = producer.get(name)
+        while node is not None and node.op_type == "Identity" and node.domain in ("", "ai.onnx"):
+            node = producer.get(node.input[0])  # exporters route shared initializers through Identity
         return node if node is not None and node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx") else None
 
     def params(node, want: str):
@@ -97,10 +102,12 @@ def fuse_qdq(model: onnx.ModelProto) -> int:
         if db is not None:
             pb = params(db, "int32")
             bias = const(pb[0]) if pb is not None else None
-            if (bias is None or bias.dtype != np.int32 or (pb[2] is not None and np.any(pb[2]))
-                    or not _same(pb[1], px[1].reshape(()) * pw[1])):
+            if bias is None or bias.dtype != np.int32 or (pb[2] is not None and np.any(pb[2])):
                 continue
-            inputs.append(pb[0])
+            if np.any(bias):  # a zero bias adds nothing at any scale: the group fuses without it
+                if not _same(pb[1], px[1].reshape(()) * pw[1]):
+                    continue
+                inputs.append(pb[0])
         name = conv.name or q.name
         if gemm:
             nodes = _gemm_as_conv(graph, inits, inputs, w if out_axis == 0 else w.T, q.output[0], name)
