@@ -290,6 +290,62 @@ def test_numpy_folding_equals_tvm_folding_bit_for_bit(build):
         np.testing.assert_array_equal(a, b)
 
 
+def _relax_main(body) -> tvm.IRModule:
+    """``main(x: (1, 4) float32) = x + body(bb, x)``, built in Relax (the ONNX importer folds
+    constant subgraphs itself)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.add(x, body(bb, x)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _exp_concat(bb, x):
+    e = bb.emit(relax.op.exp(relax.const(np.full((1, 2), 0.5, np.float32))))
+    pair = bb.emit(relax.Tuple([e, relax.const(np.ones((1, 2), np.float32))]))
+    return relax.op.concat(pair, axis=1)
+
+
+def _gather_index(bb, x):
+    """What torch's exporter writes for ``x[:, 1]`` (Gather's index made non-negative): a
+    static shape_of, shape_to_tensor, take, a comparison, where."""
+    dims = bb.emit(relax.op.shape_to_tensor(bb.emit(relax.op.shape_of(x))))
+    size = bb.emit(relax.op.take(dims, relax.const(1, "int64"), axis=0, mode="wrap"))
+    negative = bb.emit(relax.op.less(relax.const(1, "int64"), relax.const(0, "int64")))
+    index = bb.emit(relax.op.where(negative, relax.op.add(relax.const(1, "int64"), size), relax.const(1, "int64")))
+    return relax.op.take(x, index, axis=1, mode="fast")
+
+
+@pytest.mark.parametrize("build", [_batchnorm_model, _dequantized_conv_model, _exp_concat, _gather_index])
+def test_fold_constants_runs_only_where_a_call_can_fold(build):
+    """``fold_constants_pass`` skips FoldConstant (it legalizes every call looking for constant
+    ones) when no call reads only constants: after fold_numpy on BatchNorm, dequantized weights
+    and a Gather's index arithmetic there is none, and FoldConstant would only drop the
+    bindings of constants numpy read into their uses; an ``exp`` of a constant and a ``concat``
+    of two (ops numpy leaves to it, one through a tuple) still fold. Either way the module is
+    FoldConstant's."""
+    import tvm_ffi
+
+    from hetc.passes.fold_numpy import _may_fold, fold_constants_pass, fold_numpy_pass
+
+    if build in (_exp_concat, _gather_index):
+        mod = fold_numpy_pass(_relax_main(build))
+    else:
+        stages = inference_passes() + simplify_passes()
+        mod, _ = run_pipeline(to_relax(load_model(build())), stages[:[s.name for s in stages].index("fold_constants")])
+    with tvm.transform.PassContext(opt_level=3):
+        by_tvm = relax.transform.FoldConstant()(mod)
+        ours = fold_constants_pass(mod)
+    dead_dropped = relax.transform.DeadCodeElimination()(mod)
+    folds = not tvm_ffi.structural_equal(by_tvm, dead_dropped, map_free_vars=True)
+    assert _may_fold(mod) == folds == (build is _exp_concat)
+    tvm.ir.assert_structural_equal(ours, by_tvm, map_free_vars=True)  # skipped or not, FoldConstant's module
+    if build is _gather_index:  # numpy folded the index: one take of x at a constant, one add
+        assert module_stats(ours).relax_calls == 2, ours["main"].script()
+
+
 def test_integer_sum_of_a_weight_is_folded_with_numpy():
     """MatMulInteger's zero-point term ``za * colsum(b)`` becomes one constant in fold_numpy
     (FoldConstant built a kernel per weight: 2.8 s of BERT-base int8's compile on a 2-core Zen 4), equal to

@@ -43,7 +43,7 @@ def simplify_passes(keep_grouped: Callable[[relax.Call], bool] | None = None, co
     from .conv3d import conv3d_as_conv2d_pass
     from .conv_transpose import conv_transpose_as_matmul_pass
     from .dead_taps import dead_taps_pass
-    from .fold_numpy import fold_numpy_pass
+    from .fold_numpy import fold_constants_pass, fold_numpy_pass
     from .grouped_conv import split_grouped_conv_pass
     from .legalize_dynamic import legalize_dynamic_pass
     from .simplify_ops import simplify_ops_pass
@@ -66,8 +66,8 @@ def simplify_passes(keep_grouped: Callable[[relax.Call], bool] | None = None, co
               lambda: conv_transpose_as_matmul_pass),
         Stage("fold_numpy", "evaluate cheap ops on constants with numpy (FoldConstant builds each)",
               lambda: fold_numpy_pass),
-        Stage("fold_constants", "evaluate subgraphs whose inputs are all constants",
-              relax.transform.FoldConstant),
+        Stage("fold_constants", "evaluate subgraphs whose inputs are all constants (where one is left)",
+              lambda: fold_constants_pass),
         Stage("canonicalize", "remove trivial bindings and aliases", relax.transform.CanonicalizeBindings),
         Stage("cse", "eliminate common subexpressions", relax.transform.EliminateCommonSubexpr),
         Stage("dce", "drop unused bindings and functions", relax.transform.DeadCodeElimination),
@@ -77,7 +77,7 @@ def simplify_passes(keep_grouped: Callable[[relax.Call], bool] | None = None, co
 def layout_passes(layout: str | None) -> list[Stage]:
     """Convert conv layouts (each target picks its default; ``None`` or "NCHW" keeps ONNX's NCHW)."""
     from .conv3d import conv3d_as_conv2d_pass
-    from .fold_numpy import fold_numpy_pass
+    from .fold_numpy import fold_constants_pass, fold_numpy_pass
 
     if layout in (None, "NCHW"):
         return []
@@ -96,7 +96,7 @@ def layout_passes(layout: str | None) -> list[Stage]:
         Stage("fold_layout_numpy", "fold the weight transposes the layout change added (numpy)",
               lambda: fold_numpy_pass),
         Stage("fold_layout_constants", "fold what is left of them",
-              relax.transform.FoldConstant),
+              lambda: fold_constants_pass),
     ]
 
 
