@@ -129,7 +129,8 @@ def test_amx_qlinear_conv_matches_the_reference_exactly(shape, rule):
 def test_intrinsics_a_trace_names_are_registered_before_it_is_replayed():
     """A tuning database's traces tensorize with intrinsics the process has not made yet (hetc
     registers them on first use, not at import: TVMScript parsing under an import chain cost 7
-    s of every ``import hetc.api`` on a 2-core Intel Xeon): loading a database registers the ones it names."""
+    s of every ``import hetc.api`` on a 2-core Intel Xeon): loading a database registers the ones it names,
+    and no others."""
     script = """if True:
         from tvm.s_tir import TensorIntrin
         import hetc.api
@@ -144,7 +145,8 @@ def test_intrinsics_a_trace_names_are_registered_before_it_is_replayed():
     """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["[False,"] + ["False,"] * 3 + ["False]", "[True,"] + ["True,"] * 3 + ["True]"], \
+    # each named one, and only those (the pmaddwd one is not named)
+    assert proc.stdout.split() == ["[False,"] + ["False,"] * 3 + ["False]", "[True,"] + ["True,"] * 3 + ["False]"], \
         proc.stdout
 
 

@@ -43,6 +43,7 @@ row and from cache for the others; its ``jb`` vectors are packed adjacent at eac
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import math
 from dataclasses import dataclass
@@ -181,27 +182,43 @@ PMADDWD_AVX2 = Instruction(PMADDWD.name, PMADDWD.step, PMADDWD.registers,
                            {k: v for k, v in PMADDWD.intrinsics.items() if k[0] != 16})
 
 
-@functools.cache
-def register_intrinsics() -> None:
-    """Register every tensor intrinsic above, once, on first use (``_apply``, or a tuning
-    database whose traces name them: ``register_traced``). Not at import: TVMScript's
-    ``T.prim_func`` calls ``inspect.stack()``, which under an import chain's frames cost about
-    7 s for these 9 pairs (0.3 s from a shallow stack; 2-core Intel Xeon, LLVM
-    ``emeraldrapids``), and every ``import hetc.api`` paid it."""
-    for (lanes, _), name in VNNI.intrinsics.items():
-        TensorIntrin.register(name, *_intrinsic(lanes), override=True)
-    for (lanes, _), name in VNNI_WORDS.intrinsics.items():
-        TensorIntrin.register(name, *_words(lanes), override=True)
-    for (lanes, a_dtype), name in PMADDWD.intrinsics.items():
-        widened = _widened(lanes, "int16", "local") if a_dtype == ROW else _widened(lanes, a_dtype)
-        TensorIntrin.register(name, *widened, override=True)
+def _makers() -> dict:
+    """Intrinsic name -> a function returning its (description, implementation)."""
+    makers = {name: functools.partial(_intrinsic, lanes) for (lanes, _), name in VNNI.intrinsics.items()}
+    makers |= {name: functools.partial(_words, lanes) for (lanes, _), name in VNNI_WORDS.intrinsics.items()}
+    makers |= {name: functools.partial(_widened, lanes, "int16", "local") if a_dtype == ROW
+               else functools.partial(_widened, lanes, a_dtype) for (lanes, a_dtype), name in PMADDWD.intrinsics.items()}
+    return makers
+
+
+_registered: set[str] = set()
+
+
+def register(*names: str) -> None:
+    """Register the tensor intrinsics named (keys of ``Instruction.intrinsics``' values) that
+    this process has not: on first use, each alone, on a thread of its own. Not at import,
+    and not from the compiler's stack: TVMScript's ``T.prim_func`` calls ``inspect.stack()``,
+    which reads the source of every frame above it -- under an import chain about 7 s for all
+    15 (2-core Intel Xeon, LLVM ``emeraldrapids``), from inside a compile's pass stack 1.15 s
+    of ResNet-50 int8's compile (2-core AMD EPYC, LLVM ``znver3``), from a new thread's few
+    frames a few milliseconds each."""
+    todo = [name for name in dict.fromkeys(names) if name not in _registered]
+    if not todo:
+        return
+    makers = _makers()
+
+    def make() -> None:
+        for name in todo:
+            TensorIntrin.register(name, *makers[name](), override=True)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(make).result()
+    _registered.update(todo)
 
 
 def register_traced(traces: list[str]) -> None:
-    """Register the intrinsics above if schedule traces (JSON text) name any of them."""
-    names = [*VNNI.intrinsics.values(), *VNNI_WORDS.intrinsics.values(), *PMADDWD.intrinsics.values()]
-    if any(name in text for text in traces for name in names):
-        register_intrinsics()
+    """Register the intrinsics above that schedule traces (JSON text) name."""
+    register(*[name for name in _makers() if any(name in text for text in traces)])
 
 
 def has_vnni(target: Target) -> bool:
@@ -233,7 +250,6 @@ def _apply(func: tirx.PrimFunc, target: Target, kind: Instruction, lanes: int) -
     main = next((b for b in reversed(reductions) if str(sch.get(b.block_rv).writes[0].source.dtype) == "int32"), None)
     if main is None:
         return None
-    register_intrinsics()
     if not _schedule(sch, infos, main, kind, lanes):
         return None
     return sch
@@ -370,6 +386,7 @@ def _schedule(sch: Schedule, infos, main, kind: Instruction, float_lanes: int) -
         vectorize_tail(sch, epilogue, lanes)
     sch.parallel(jo if symbolic else tile)
     sch.decompose_reduction(main.block_rv, others[0] if others else ko)
+    register(kind.intrinsics[lanes, a_dtype])
     sch.tensorize(jl, kind.intrinsics[lanes, a_dtype])
     if ri is not None:
         sch.unroll(ri)
