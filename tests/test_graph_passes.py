@@ -101,6 +101,33 @@ def test_stage_reports_count_ops_and_functions(examples):
     assert by_name["fuse_tir"].after.tir_functions < by_name["fuse_tir"].before.tir_functions
 
 
+@pytest.mark.parametrize("name", ["cnn", "transformer", "mlp"])
+def test_op_counts_count_every_call(examples, name):
+    """``relax_op_counts`` reads the bindings; every call of a normalized module is bound: the
+    same counts as visiting every node, at each stage of the CPU pipeline."""
+    from collections import Counter
+
+    from hetc.passes.pipeline import relax_op_counts
+
+    def visited(mod):
+        counts = Counter()
+
+        def visit(expr):
+            if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+                counts[expr.op.name] += 1
+
+        for func in mod.functions.values():
+            if isinstance(func, relax.Function):
+                relax.analysis.post_order_visit(func, visit)
+        return counts
+
+    mod = to_relax(load_model(examples / f"{name}.onnx"))
+    assert relax_op_counts(mod) == visited(mod)
+    for stage in get_target("cpu").backend.stages(CompileOptions(num_threads=2)):
+        mod, _ = run_pipeline(mod, [stage])
+        assert relax_op_counts(mod) == visited(mod), stage.name
+
+
 def _has_parallel_loop(func) -> bool:
     return "T.parallel" in func.script()
 
