@@ -159,7 +159,7 @@ def fold_numpy_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 
 @tvm.transform.module_pass(opt_level=0, name="HetcFoldConstants")
-def fold_constants_pass(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+def fold_constants_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """``relax.transform.FoldConstant``, skipped when no call has only constant inputs: each
     fold makes its users' inputs constant, so if none can fold at the start, none ever can.
     Skipped, the bindings of constants that ``_Folder`` read into their uses are dropped as

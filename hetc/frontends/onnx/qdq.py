@@ -13,13 +13,13 @@ A group is fused when: its input is ``DequantizeLinear(x: uint8, per-tensor cons
 zero point)``, its weight ``DequantizeLinear`` of an int8 initializer with zero zero points,
 its bias (if any) ``DequantizeLinear`` of an int32 initializer whose scale is exactly
 ``x_scale * w_scale`` (float32, as the tool writes it) and zero point zero -- or all zero, at
-any scale, and then dropped -- and its output
-goes only to one ``QuantizeLinear`` (uint8, constant per-tensor parameters). Anything else is
-left as it is. A ``DequantizeLinear`` may reach the conv through ``Identity`` nodes: torch's
-exporter shares one bias initializer among convs whose folded BatchNorms are equal (all zero
-in a model with random weights, transformers' ResNet) and routes it so. Grouped and depthwise convs are fused too (the CPU runs a depthwise one as an
-exact float32 kernel on the uint8 input: ``backends/cpu/int8.py``), and their outputs then
-equal onnxruntime's. A ``Gemm`` group (alpha = beta = 1, no transA: a classifier) becomes
+any scale, and then dropped -- and its output goes only to one ``QuantizeLinear`` (uint8,
+constant per-tensor parameters). Anything else is left as it is. A ``DequantizeLinear`` may
+reach the conv through ``Identity`` nodes: torch's exporter shares one bias initializer among
+convs whose folded BatchNorms are equal (all zero in a model with random weights,
+transformers' ResNet) and routes it so. Grouped and depthwise convs are fused too (the CPU
+runs a depthwise one as an exact float32 kernel on the uint8 input: ``backends/cpu/int8.py``),
+and their outputs then equal onnxruntime's. A ``Gemm`` group (alpha = beta = 1, no transA: a classifier) becomes
 a 1x1 ``QLinearConv`` between two reshapes, what onnxruntime runs as QGemm: the weight then
 stays int8 (2 MB for ResNet-50's classifier instead of 8 MB of float32). ``DequantizeLinear``
 nodes that no longer have consumers are removed.
