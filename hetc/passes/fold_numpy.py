@@ -19,7 +19,7 @@ undefined there) or is an integer ``sum`` (exact in any order), its dtype is in 
 (numpy's type promotion differing from Relax's leaves the call alone); anything else is left
 to ``FoldConstant``. ``fold_constants_pass`` runs ``FoldConstant`` only where a call could fold:
 it legalizes every call of the module to look for constant ones (867 calls, 1.2 s of a ResNet-50
-int8 compile on a 2-core Zen 3, LLVM ``znver3``, twice per compile) even when numpy has left
+int8 compile on a 2-core AMD EPYC, LLVM ``znver3``: AVX2, twice per compile) even when numpy has left
 none. To add an op, add its numpy equivalent to one of the tables (only ops
 whose result numpy rounds exactly as TVM's kernel does: no transcendental functions, whose
 libm results may differ by an ulp).
@@ -173,49 +173,30 @@ def _may_fold(mod: tvm.IRModule) -> bool:
     ``shape_of`` a tensor of static shape, or a variable bound to one of those (through tuples
     and aliases). Conservative: a call with no arguments counts, and so does a ``call_tir`` on
     constants."""
-    bound: dict = {}
-    calls: list = []
-
-    def walk(expr) -> None:
-        if isinstance(expr, relax.SeqExpr):
-            for block in expr.blocks:
-                for binding in block.bindings:
-                    bound[binding.var] = binding.value
-                    walk(binding.value)
-            walk(expr.body)
-        elif isinstance(expr, relax.Call):
-            calls.append(expr)
-            for arg in expr.args:
-                walk(arg)
-        elif isinstance(expr, relax.If):
-            walk(expr.true_branch)
-            walk(expr.false_branch)
-        elif isinstance(expr, relax.Tuple):
-            for field in expr.fields:
-                walk(field)
-        elif isinstance(expr, relax.TupleGetItem):
-            walk(expr.tuple_value)
-        elif isinstance(expr, relax.Function):
-            walk(expr.body)
+    bound: dict = {}  # every binding of every Relax function (normalized Relax binds every call)
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            bound.update(relax.analysis.get_var2val(func))
 
     def known(expr, depth: int = 0) -> bool:
         if depth > 64:
             return True  # (conservative)
         if isinstance(expr, relax.Var):
-            value = bound.get(expr)  # None: a parameter; a call's result is checked at that call
+            value = bound.get(expr)  # None: a parameter; a call's result is checked as a call
             return value is not None and not isinstance(value, relax.If) and known(value, depth + 1)
         if isinstance(expr, relax.Tuple):
             return all(known(f, depth + 1) for f in expr.fields)
         if isinstance(expr, relax.TupleGetItem):
             return known(expr.tuple_value, depth + 1)
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.shape_of":
+        if isinstance(expr, relax.Call) and _is_op(expr, "relax.shape_of"):
             shape = getattr(expr.args[0].ty, "shape", None)  # FoldConstant folds a static one
             return isinstance(shape, relax.ShapeExpr) and all(isinstance(d, tvm.tirx.IntImm) for d in shape.values)
         return not isinstance(expr, (relax.Call, relax.If, relax.SeqExpr))
 
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            walk(func.body)
     # a static shape_of is counted where something reads it (alone it folds to a shape: no work)
-    return any(all(known(arg) for arg in call.args) for call in calls
-               if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.shape_of"))
+    return any(isinstance(value, relax.Call) and not _is_op(value, "relax.shape_of")
+               and all(known(arg) for arg in value.args) for value in bound.values())
+
+
+def _is_op(call: relax.Call, name: str) -> bool:
+    return isinstance(call.op, tvm.ir.Op) and call.op.name == name

@@ -44,7 +44,7 @@ from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 from tvm.target import Target
 
-from .common import PREPROC, Rule, inline_chain, one_reduction, uses
+from .common import PREPROC, Rule, inline_chain, on_fresh_stack, one_reduction, uses
 from .int8 import operands, stage_producers
 
 ROWS = range(16, 3, -1)  # tile rows: the largest that divides the innermost row axis, at least 4
@@ -104,10 +104,10 @@ def register_traced(traces: Iterable[str]) -> None:
 def _intrinsics(rows: int, tr: int, tc: int, stride: int) -> tuple[str, str, str]:
     """Names of the (init, update, store) tensor intrinsics for ``tr`` x ``tc`` accumulator tiles
     of ``rows`` x 16 (``tr`` * ``rows`` rows of A, ``stride`` rows of A apart, ``tc`` panels of
-    W), registered on first use."""
+    W), registered on first use (built on a fresh stack: ``common.on_fresh_stack``)."""
     names = tuple(f"hetc_amx_{part}_{rows}x{tr}x{tc}_s{stride}" for part in ("init", "update", "store"))
     if names[0] not in _registered:
-        parts = (_init(rows, tr, tc), _update(rows, tr, tc, stride), _store(rows, tr, tc))
+        parts = on_fresh_stack(lambda: (_init(rows, tr, tc), _update(rows, tr, tc, stride), _store(rows, tr, tc)))
         for name, (desc, impl) in zip(names, parts):
             TensorIntrin.register(name, desc, impl, override=True)
         _registered.add(names[0])

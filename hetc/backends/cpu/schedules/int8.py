@@ -43,7 +43,6 @@ row and from cache for the others; its ``jb`` vectors are packed adjacent at eac
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import math
 from dataclasses import dataclass
@@ -61,6 +60,7 @@ from .common import (
     inline_chain,
     is_constant,
     normalized,
+    on_fresh_stack,
     plain_index,
     schedule_spatial,
     uses,
@@ -196,23 +196,17 @@ _registered: set[str] = set()
 
 def register(*names: str) -> None:
     """Register the tensor intrinsics named (keys of ``Instruction.intrinsics``' values) that
-    this process has not: on first use, each alone, on a thread of its own. Not at import,
-    and not from the compiler's stack: TVMScript's ``T.prim_func`` calls ``inspect.stack()``,
-    which reads the source of every frame above it -- under an import chain about 7 s for all
-    15 (2-core Intel Xeon, LLVM ``emeraldrapids``), from inside a compile's pass stack 1.15 s
-    of ResNet-50 int8's compile (2-core AMD EPYC, LLVM ``znver3``), from a new thread's few
-    frames a few milliseconds each."""
+    this process has not: on first use, each alone, on a thread of its own
+    (``common.on_fresh_stack``). Not at import: TVMScript's ``T.prim_func`` calls
+    ``inspect.stack()``, which under an import chain cost about 7 s for all 15 (2-core Intel
+    Xeon, LLVM ``emeraldrapids``: AVX-512)."""
     todo = [name for name in dict.fromkeys(names) if name not in _registered]
     if not todo:
         return
     makers = _makers()
-
-    def make() -> None:
-        for name in todo:
-            TensorIntrin.register(name, *makers[name](), override=True)
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        pool.submit(make).result()
+    built = on_fresh_stack(lambda: [makers[name]() for name in todo])
+    for name, (desc, impl) in zip(todo, built):
+        TensorIntrin.register(name, desc, impl, override=True)
     _registered.update(todo)
 
 
