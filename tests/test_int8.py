@@ -35,7 +35,7 @@ AMX = has_amx(llvm_target(CompileOptions()))
 # with onnxruntime's literal QDQ graph (float32 convs between DequantizeLinear and QuantizeLinear).
 ORT_EXACT = VNNI
 # this CPU's int8 kernels (every x86-64 CI has AVX2); AMX takes the shapes that fill its tiles
-INT8_RULES = {"int8-amx", "int8-vnni"} if AMX else {"int8-vnni"} if VNNI else {"int8-pmaddwd"}
+INT8_RULES = {"int8-amx", "int8-vnni"} if AMX else {"int8-vnni"} if VNNI else {"int8-pmaddwd", "int8-pmaddubsw"}
 
 
 def _int8_kernels(compiled) -> int:
@@ -275,15 +275,16 @@ def test_matmul_integer_on_avx2_is_exact(m, k, n):
     compiled = hetc.compile(model, "cpu", cpu="haswell")
     np.testing.assert_array_equal(compiled.run({"a": a})["y"], want)
     if k % 2 == 0 and n % 4 == 0:
-        assert "int8-pmaddwd" in compiled.report["kernels"].values(), compiled.report["kernels"]
+        rule = "int8-pmaddubsw" if k % 4 == 0 else "int8-pmaddwd"
+        assert rule in compiled.report["kernels"].values(), compiled.report["kernels"]
 
 
 def test_matmul_integer_on_avx2_broadcasts_int16_rows(tmp_path):
-    """Without VNNI, MatMulInteger's uint8 rows are widened to int16 once, before the kernel
-    (``backends/cpu/int8._matmul``): each row's pair of inputs is one ``vpbroadcastd`` from
-    memory, not a load, a zero extension and a broadcast at every use (BERT-base int8 153 ->
-    118 ms, Zen 3). Exact."""
-    m, k, n = 32, 256, 96
+    """Without VNNI, where K is no multiple of 4 (off ``vpmaddubsw``'s tile), MatMulInteger's
+    uint8 rows are widened to int16 once, before the kernel (``backends/cpu/int8._matmul``):
+    each row's pair of inputs is one ``vpbroadcastd`` from memory, not a load, a zero extension
+    and a broadcast at every use (BERT-base int8 153 -> 118 ms, Zen 3). Exact."""
+    m, k, n = 32, 254, 96
     rng = np.random.default_rng(0)
     w = rng.integers(-128, 128, (k, n), dtype=np.int8)
     model = make([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], [tensor("a", [m, k], np.uint8)],
@@ -296,12 +297,14 @@ def test_matmul_integer_on_avx2_broadcasts_int16_rows(tmp_path):
                            for _, body in kernels), [name for name, _ in kernels]
 
 
-def test_avx2_kernels_never_saturate(tmp_path):
+@pytest.mark.parametrize("k", [64, 62], ids=["pmaddubsw", "pmaddwd"])
+def test_avx2_kernels_never_saturate(tmp_path, k):
     """Every input 255 and weight pairs (-128, -128) / (127, 127): each pair of products sums
-    to +-65,280 (u8 x s8 ``vpmaddubsw`` would clamp that to int16's +-32,767, as onnxruntime's
-    AVX2 kernels do); the int16 ``vpmaddwd`` kernel gives numpy's integers, and its code holds
-    no ``vpmaddubsw``."""
-    k, n = 64, 16
+    to +-65,280, which u8 x s8 ``vpmaddubsw`` clamps to int16's +-32,767 (onnxruntime's AVX2
+    kernels). With K a multiple of 4 the weight is split (``int8_pairs``): ``vpmaddubsw`` on
+    the safe part, the excess of every unsafe pair added by the correction kernel; else the
+    int16 ``vpmaddwd`` kernel, without ``vpmaddubsw``. Both give numpy's integers."""
+    n = 16
     w = np.where(np.arange(k * n).reshape(k, n) % 3 == 0, -128, 127).astype(np.int8)
     model = make([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], [tensor("a", [4, k], np.uint8)],
                  [tensor("y", [4, n], np.int32)], {"b": w})
@@ -309,7 +312,60 @@ def test_avx2_kernels_never_saturate(tmp_path):
     compiled = hetc.compile(model, "cpu", cpu="haswell")
     np.testing.assert_array_equal(compiled.run({"a": a})["y"], a.astype(np.int64) @ w.astype(np.int64))
     code = _objdump(compiled, tmp_path)
-    assert re.search(r"vpmaddwd\s.*%ymm", code) and "vpmaddubsw" not in code and "vpdpbusd" not in code
+    kernels = compiled.report["kernels"]
+    assert re.search(r"vpmaddwd\s.*%ymm", code) and "vpdpbusd" not in code
+    if k % 4:
+        assert "vpmaddubsw" not in code and "int8-pmaddwd" in kernels.values(), kernels
+    else:
+        assert re.search(r"vpmaddubsw\s.*%ymm", code) and "int8-pmaddubsw" in kernels.values(), kernels
+        assert any(name.startswith("int8_pair_correction") for name in kernels), kernels
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=3), axis=st.integers(0, 2), seed=st.integers(0, 99),
+       spread=st.sampled_from([40, 70, 128]))
+def test_weight_split_is_exact_and_safe(shape, axis, seed, spread):
+    """``int8_pairs.split``: ``w_s + w_c == w`` exactly, ``w_s`` safe (no pair can saturate
+    ``vpmaddubsw`` for any uint8 input: checked against int16's range with inputs of 255 at
+    the pair's positive or negative weights), and ``w_c`` nonzero at most once per pair, only
+    in unsafe pairs."""
+    from hetc.backends.cpu import int8_pairs
+
+    axis = axis % len(shape)
+    shape[axis] *= 2
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-spread, spread, shape, endpoint=spread < 128).astype(np.int8)
+    w_s, w_c = int8_pairs.split(w, axis)
+    assert w_s.dtype == w_c.dtype == np.int8
+    np.testing.assert_array_equal(w_s.astype(np.int16) + w_c, w)
+    assert int8_pairs.safe(w_s, axis)
+    pairs = lambda x: np.moveaxis(x, axis, -1).reshape(-1, 2).astype(np.int32)
+    s, c, full = pairs(w_s), pairs(w_c), pairs(w)
+    for extreme in (np.clip(s, 0, None).sum(1) * 255, np.clip(s, None, 0).sum(1) * 255):
+        assert extreme.max(initial=0) <= 32767 and extreme.min(initial=0) >= -32768
+    assert ((c != 0).sum(1) <= 1).all()
+    np.testing.assert_array_equal((c != 0).any(1), np.abs(full.sum(1)) > 128)
+    assert int8_pairs.safe(w, axis) == (not w_c.any())
+
+
+def test_pmaddubsw_only_for_weights_marked_safe():
+    """The ``vpmaddubsw`` rule never takes a kernel whose weight is not marked safe along its
+    reduction axis at every call site (``int8_pairs.mark_pass``): one unmarked, one marked
+    along the other axis, one marked along K."""
+    from tvm import te
+
+    from hetc.backends.cpu.schedules import int8
+
+    a, b = te.placeholder((8, 64), "uint8", "a"), te.placeholder((64, 32), "int8", "b")
+    k = te.reduce_axis((0, 64), "k")
+    c = te.compute((8, 32), lambda i, j: te.sum(a[i, k].astype("int32") * b[k, j].astype("int32"), axis=k), "c")
+    func = te.create_prim_func([a, b, c]).with_attr("layout_free_buffers", [1])
+    target = llvm_target(CompileOptions(cpu="haswell"))
+    assert int8.apply_pairs(func, target, 8) is None
+    assert int8.apply_pairs(func.with_attr(int8.SAFE_PAIRS, {1: [1]}), target, 8) is None
+    sch = int8.apply_pairs(func.with_attr(int8.SAFE_PAIRS, {1: [0]}), target, 8)
+    assert sch is not None and "pmaddubsw" in str(sch.trace)
+    assert int8.apply_widened(func, target, 8) is not None
 
 
 def test_requantization_is_vector_code(tmp_path):
@@ -427,7 +483,8 @@ def _fused_within_one_step(model, groups: int, seed: int, cpu: str | None = None
 def test_qdq_convs_fuse_into_qlinear_conv(tmp_path, cpu):
     compiled, _ = _fused_within_one_step(_qdq_model(tmp_path), 2, seed=5, cpu=cpu)
     kernels = list(compiled.report["kernels"].values())
-    assert (kernels.count("int8-pmaddwd") if cpu == "haswell" else _int8_kernels(compiled)) == 2, kernels
+    avx2 = kernels.count("int8-pmaddwd") + kernels.count("int8-pmaddubsw")
+    assert (avx2 if cpu == "haswell" else _int8_kernels(compiled)) == 2, kernels
 
 
 def test_qdq_gemm_runs_as_an_int8_conv(tmp_path):

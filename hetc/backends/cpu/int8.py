@@ -29,6 +29,7 @@ from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ...passes.pipeline import rewrite_functions
+from . import int8_pairs
 
 _CONV = tvm.ir.Op.get("relax.nn.conv2d")
 _SUBTRACT = tvm.ir.Op.get("relax.subtract")
@@ -112,9 +113,11 @@ class _Int8Conv(PyExprMutator):  # pylint: disable=abstract-method
         extra = -w.shape[-1] % 4
         if any(pads) or extra:
             x = self.builder_.emit(relax.op.nn.pad(x, [0, 0, top, bottom, left, right, 0, extra], pad_value=float(zx)))
-        if self.widen:  # vpmaddwd's int16 operand, widened once per element, not at each use
-            x = self.builder_.emit(relax.op.astype(x, "int16"))
         wq = np.pad(w, [(0, 0)] * 3 + [(0, extra)]).astype(np.int8)
+        if self.widen and not int8_pairs.safe(wq, 3):
+            # vpmaddwd's int16 operand, widened once per element, not at each use; where every
+            # weight pair is safe, vpmaddubsw takes the uint8 input as it is (``int8_pairs``)
+            x = self.builder_.emit(relax.op.astype(x, "int16"))
         conv = relax.op.nn.conv2d(x, relax.const(wq), strides=attrs.strides, padding=[0, 0, 0, 0],
                                   dilation=attrs.dilation, groups=1, data_layout="NHWC", kernel_layout="OHWI",
                                   out_layout="NHWC", out_dtype="int32")
@@ -126,16 +129,27 @@ class _Int8Conv(PyExprMutator):  # pylint: disable=abstract-method
 
     def _matmul(self, call: relax.Call) -> relax.Expr:
         """MatMulInteger's ``matmul(a: uint8, b: int8 constant) -> int32`` (``frontends/onnx/ops/
-        quantize.matmul_integer``) with ``a`` widened to int16 first, where the kernel is
-        ``vpmaddwd``'s: then each row's pair of inputs is one ``vpbroadcastd`` from memory, where
-        a uint8 pair took four instructions at every use (a load, a move to a vector register, a
-        zero extension, the broadcast) and the 4 x 3 tile spilled an accumulator."""
+        quantize.matmul_integer``) on a CPU without VNNI.
+
+        Where the int8 tile applies (K and N multiples of 4), ``b`` is split (``int8_pairs``):
+        ``a @ b_s`` on ``vpmaddubsw``, plus the sparse correction ``a @ b_c`` where ``b`` has
+        unsafe pairs. Elsewhere ``a`` is widened to int16 first, for ``vpmaddwd``: then each
+        row's pair of inputs is one ``vpbroadcastd`` from memory, where a uint8 pair took four
+        instructions at every use (a load, a move to a vector register, a zero extension, the
+        broadcast) and the 4 x 3 tile spilled an accumulator."""
         a, b = call.args
         if (not self.widen or str(call.ty.dtype) != "int32" or str(a.ty.dtype) != "uint8"
                 or str(b.ty.dtype) != "int8" or not isinstance(b, tvm.ir.GenericConst)):
             return call
         self.count += 1
-        return relax.op.matmul(self.builder_.emit(relax.op.astype(a, "int16")), b, out_dtype="int32")
+        w = b.value.numpy()
+        if w.ndim != 2 or w.shape[0] % 4 or w.shape[1] % 4:
+            return relax.op.matmul(self.builder_.emit(relax.op.astype(a, "int16")), b, out_dtype="int32")
+        w_s, w_c = int8_pairs.split(w, 0)
+        product = relax.op.matmul(a, relax.const(w_s), out_dtype="int32")
+        if not w_c.any():
+            return product
+        return relax.op.add(self.builder_.emit(product), int8_pairs.correction(self.builder_, a, w_c))
 
     def _depthwise(self, call: relax.Call, x: relax.Expr, zx: int, w: np.ndarray) -> relax.Expr:
         """A depthwise conv on ``x - zx`` computed in float32, exactly: no int8 dot product

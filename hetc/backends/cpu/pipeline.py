@@ -23,7 +23,7 @@ from ...passes.phases import (
 )
 from ...passes.pipeline import Stage
 from ..byoc import with_offloads
-from . import grouped_conv, softmax_rows
+from . import grouped_conv, int8_pairs, softmax_rows
 from .codegen import llvm_target
 from .fold_packing import fold_packing_pass
 from .int8 import int8_conv_pass
@@ -196,7 +196,9 @@ def pre_schedule_stages(options: CompileOptions, offloads: Sequence = ()) -> lis
         + legalize_passes({**FAST_MATH, "relax.nn.conv2d": grouped_conv.legalization(simd_lanes(llvm_target(options)))})
         + fusion_passes()
         + [Stage("mark_constant_params", "tell each kernel which of its inputs are constants (packable)",
-                 relax.transform.AttachAttrLayoutFreeBuffers)],
+                 relax.transform.AttachAttrLayoutFreeBuffers),
+           Stage("mark_safe_pairs", "tell each int8 kernel which weights vpmaddubsw computes exactly",
+                 int8_pairs.mark_pass)],
         offloads)
 
 

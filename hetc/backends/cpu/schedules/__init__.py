@@ -23,7 +23,7 @@ from .common import PREPROC, Rule
 
 log = logging.getLogger(__name__)
 
-RULES: list[Rule] = [winograd.RULE, amx.RULE, int8.RULE, int8.WIDENED_RULE, depthwise.RULE, gemm.RULE, reduction.RULE, full_reduction.RULE,
+RULES: list[Rule] = [winograd.RULE, amx.RULE, int8.RULE, int8.PAIRS_RULE, int8.WIDENED_RULE, depthwise.RULE, gemm.RULE, reduction.RULE, full_reduction.RULE,
                      generic.RULE]
 
 
