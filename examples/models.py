@@ -432,10 +432,12 @@ def resnet50_b8() -> onnx.ModelProto:
     return resnet50(batch=8)
 
 
-def _quantized(model: onnx.ModelProto, static: bool, samples: int = 8) -> onnx.ModelProto:
+def _quantized(model: onnx.ModelProto, static: bool, samples: int = 8, reduce_range: bool = False) -> onnx.ModelProto:
     """``model`` through onnxruntime's quantization tool, as users deploy int8 on CPUs: static
     QDQ (int8 weights per channel, uint8 activations, ranges from ``samples`` inputs of
-    ``sample_inputs``) or dynamic (int8 weights; activations quantized at run time)."""
+    ``sample_inputs``) or dynamic (int8 weights; activations quantized at run time); with
+    ``reduce_range``, 7-bit weights (the tool's advice for x86 CPUs without VNNI, whose
+    ``vpmaddubsw`` kernels then cannot saturate)."""
     import tempfile
 
     from onnxruntime import quantization as q
@@ -457,13 +459,19 @@ def _quantized(model: onnx.ModelProto, static: bool, samples: int = 8) -> onnx.M
                 return self.left.pop() if self.left else None
 
         q.quantize_static(source, target, Samples(), quant_format=q.QuantFormat.QDQ, per_channel=True,
-                          activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
+                          reduce_range=reduce_range, activation_type=q.QuantType.QUInt8,
+                          weight_type=q.QuantType.QInt8)
         return onnx.load(target)
 
 
 def resnet50_int8() -> onnx.ModelProto:
     """ResNet-50, static QDQ int8 (onnxruntime.quantization, 8 random calibration images)."""
     return _quantized(resnet50(), static=True)
+
+
+def resnet50_int8_rr() -> onnx.ModelProto:
+    """ResNet-50, static QDQ int8 with ``reduce_range`` (7-bit weights)."""
+    return _quantized(resnet50(), static=True, reduce_range=True)
 
 
 def mobilenet_v2_int8() -> onnx.ModelProto:
@@ -482,7 +490,8 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {"mlp": mlp, "cnn": cnn, "tra
 ALL_MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     **MODELS, "resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
     "bert_tiny": bert_tiny, "bert_base": bert_base, "call_overhead": call_overhead, "resnet50_b8": resnet50_b8,
-    "resnet50_int8": resnet50_int8, "mobilenet_v2_int8": mobilenet_v2_int8, "bert_base_int8": bert_base_int8}
+    "resnet50_int8": resnet50_int8, "mobilenet_v2_int8": mobilenet_v2_int8, "bert_base_int8": bert_base_int8,
+    "resnet50_int8_rr": resnet50_int8_rr}
 
 
 def _vocab_size(model: onnx.ModelProto, ids: str) -> int | None:

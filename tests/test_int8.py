@@ -422,6 +422,70 @@ def test_qlinear_conv_on_avx2_matches_the_reference_exactly(shape):
     assert "int8-pmaddwd" in compiled.report["kernels"].values(), compiled.report["kernels"]
 
 
+def _gaussian_qlinear_conv(n, c, h, w, k, kernel, pad, dilation, seed):
+    """A QLinearConv whose int8 weights are rounded Gaussians (sd 30: about 0.25% of pairs can
+    saturate ``vpmaddubsw``, ResNet-50 int8's layers 0.7-8%), and an input that is 255
+    in every other row (where saturation would show), the rest random."""
+    rng = np.random.default_rng(seed)
+    inits = {"xs": np.array(0.02, np.float32), "xz": np.array(rng.integers(0, 256), np.uint8),
+             "w": np.clip(np.round(rng.standard_normal((k, c, kernel, kernel)) * 30), -128, 127).astype(np.int8),
+             "ws": (rng.random(k) * 1e-3 + 1e-4).astype(np.float32), "wz": np.zeros(k, np.int8),
+             "ys": np.array(0.5, np.float32), "yz": np.array(rng.integers(0, 256), np.uint8),
+             "b": rng.integers(-5000, 5000, k).astype(np.int32)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"],
+                            kernel_shape=[kernel, kernel], pads=[pad] * 4, dilations=[dilation] * 2)
+    oh, ow = (d + 2 * pad - dilation * (kernel - 1) for d in (h, w))
+    model = make([node], [tensor("x", [n, c, h, w], np.uint8)], [tensor("y", [n, k, oh, ow], np.uint8)], inits)
+    x = rng.integers(0, 256, (n, c, h, w)).astype(np.uint8)
+    x[:, :, ::2] = 255
+    return model, x
+
+
+@pytest.mark.parametrize("shape", [
+    (1, 128, 9, 9, 128, 3, 1, 1), (2, 128, 7, 7, 64, 3, 1, 1), (1, 128, 13, 11, 128, 3, 2, 2),
+    (1, 512, 6, 5, 1024, 1, 0, 1),
+], ids=["3x3", "batch2-7x7", "dilated", "1x1-wide"])
+def test_split_qlinear_conv_on_avx2_is_exact(shape):
+    """A conv whose weight has a few unsafe pairs, compiled for AVX2 without VNNI: split
+    (``int8_pairs.conv_split``), ``vpmaddubsw`` on the safe part plus the correction kernel
+    over the rest, exactly the ONNX reference. Without the correction (each unsafe pair's
+    excess dropped) the outputs differ."""
+    from hetc.backends.cpu import int8_pairs
+
+    model, x = _gaussian_qlinear_conv(*shape, seed=sum(shape))
+    compiled = hetc.compile(model, "cpu", cpu="haswell")
+    kernels = compiled.report["kernels"]
+    assert "int8-pmaddubsw" in kernels.values(), kernels
+    assert any(name.startswith("int8_pair_conv_correction") for name in kernels), kernels
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(compiled.run({"x": x})["y"], want)
+    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "w"))
+    w_s, _ = int8_pairs.split(np.moveaxis(w, 1, -1), 3)
+    dropped = onnx.ModelProto()
+    dropped.CopyFrom(model)
+    for t in dropped.graph.initializer:
+        if t.name == "w":
+            t.CopyFrom(numpy_helper.from_array(np.moveaxis(w_s, -1, 1), "w"))
+    assert not np.array_equal(ReferenceEvaluator(dropped).run(None, {"x": x})[0], want)
+
+
+def test_narrow_or_strided_convs_stay_widened():
+    """The split's cost rule: a 1x1 conv of few outputs (its channels-first copy of the input
+    shared by few of them) and a strided conv keep the exact ``vpmaddwd`` kernel; a 3x3 conv
+    of 256 channels and a 1x1 conv to 2048 are split."""
+    from hetc.backends.cpu import int8_pairs
+
+    rng = np.random.default_rng(0)
+
+    def weight(o, k, c):
+        return np.clip(np.round(rng.standard_normal((o, k, k, c)) * 30), -128, 127).astype(np.int8)
+
+    assert not int8_pairs.conv_split(weight(64, 1, 256), (1, 1))
+    assert not int8_pairs.conv_split(weight(256, 3, 256), (2, 2))
+    assert int8_pairs.conv_split(weight(256, 3, 256), (1, 1))
+    assert int8_pairs.conv_split(weight(2048, 1, 512), (1, 1))
+
+
 def _qdq_model(tmp_path, depthwise=False, classes=0):
     """A float conv -> relu -> conv model through onnxruntime's static QDQ quantization (with
     ``classes``: then global pooling and a Gemm classifier, output [1, classes])."""

@@ -114,13 +114,21 @@ class _Int8Conv(PyExprMutator):  # pylint: disable=abstract-method
         if any(pads) or extra:
             x = self.builder_.emit(relax.op.nn.pad(x, [0, 0, top, bottom, left, right, 0, extra], pad_value=float(zx)))
         wq = np.pad(w, [(0, 0)] * 3 + [(0, extra)]).astype(np.int8)
+        fix = None
         if self.widen and not int8_pairs.safe(wq, 3):
-            # vpmaddwd's int16 operand, widened once per element, not at each use; where every
-            # weight pair is safe, vpmaddubsw takes the uint8 input as it is (``int8_pairs``)
-            x = self.builder_.emit(relax.op.astype(x, "int16"))
+            static = all(isinstance(d, tvm.tirx.IntImm) for d in x.ty.shape.values)
+            if static and int8_pairs.conv_split(wq, [int(v) for v in attrs.strides]):
+                # vpmaddubsw on the uint8 input and the safe part, the rest added (``int8_pairs``)
+                fix = int8_pairs.conv_correction(self.builder_, x, wq, [int(v) for v in attrs.dilation],
+                                                 [int(v) for v in call.ty.shape.values[1:3]])
+                wq = int8_pairs.split(wq, 3)[0]
+            else:  # vpmaddwd's int16 operand, widened once per element, not at each use
+                x = self.builder_.emit(relax.op.astype(x, "int16"))
         conv = relax.op.nn.conv2d(x, relax.const(wq), strides=attrs.strides, padding=[0, 0, 0, 0],
                                   dilation=attrs.dilation, groups=1, data_layout="NHWC", kernel_layout="OHWI",
                                   out_layout="NHWC", out_dtype="int32")
+        if fix is not None:
+            conv = relax.op.add(self.builder_.emit(conv), fix)
         self.count += 1
         if zx == 0:
             return conv
@@ -145,11 +153,10 @@ class _Int8Conv(PyExprMutator):  # pylint: disable=abstract-method
         w = b.value.numpy()
         if w.ndim != 2 or w.shape[0] % 4 or w.shape[1] % 4:
             return relax.op.matmul(self.builder_.emit(relax.op.astype(a, "int16")), b, out_dtype="int32")
-        w_s, w_c = int8_pairs.split(w, 0)
-        product = relax.op.matmul(a, relax.const(w_s), out_dtype="int32")
-        if not w_c.any():
+        product = relax.op.matmul(a, relax.const(int8_pairs.split(w, 0)[0]), out_dtype="int32")
+        if int8_pairs.safe(w, 0):
             return product
-        return relax.op.add(self.builder_.emit(product), int8_pairs.correction(self.builder_, a, w_c))
+        return relax.op.add(self.builder_.emit(product), int8_pairs.correction(self.builder_, a, w))
 
     def _depthwise(self, call: relax.Call, x: relax.Expr, zx: int, w: np.ndarray) -> relax.Expr:
         """A depthwise conv on ``x - zx`` computed in float32, exactly: no int8 dot product

@@ -33,8 +33,14 @@ LIMIT = 128  # the largest |w0 + w1| whose products' sum fits int16 for any uint
 
 
 def _pairs(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    x = np.moveaxis(w, axis, -1).astype(np.int16)
-    return x[..., 0::2], x[..., 1::2]
+    x = np.moveaxis(w, axis, -1)
+    return x[..., 0::2].astype(np.int16), x[..., 1::2]
+
+
+def _sums(w: np.ndarray, axis: int) -> np.ndarray:
+    """Each adjacent pair's sum along ``axis`` (int16), pairs last."""
+    w0, w1 = _pairs(w, axis)
+    return w0 + w1
 
 
 def safe(w: np.ndarray, axis: int) -> bool:
@@ -42,30 +48,43 @@ def safe(w: np.ndarray, axis: int) -> bool:
     is exact on it for any uint8 input). An odd axis is not: its last element has no pair."""
     if w.dtype != np.int8 or w.shape[axis] % 2:
         return False
-    w0, w1 = _pairs(w, axis)
-    return w0.size == 0 or int(np.abs(w0 + w1).max()) <= LIMIT
+    total = _sums(w, axis)
+    return total.size == 0 or (int(total.max()) <= LIMIT and int(total.min()) >= -LIMIT)
+
+
+def unsafe_fraction(w: np.ndarray, axis: int) -> float:
+    total = _sums(w, axis)
+    return float(((total > LIMIT) | (total < -LIMIT)).mean())
+
+
+def excess(w: np.ndarray, axis: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The nonzeros of ``split``'s ``w_c``: ``(index, values)``, ``index`` a tuple of index
+    arrays into ``w`` (in row-major order), ``values`` int32. Only the (few) unsafe pairs are
+    visited after one pass over the pair sums."""
+    total = _sums(w, axis)
+    pairs = np.nonzero((total > LIMIT) | (total < -LIMIT))
+    x = np.moveaxis(w, axis, -1)
+    lead, j = pairs[:-1], pairs[-1]
+    w0, w1 = x[(*lead, 2 * j)].astype(np.int32), x[(*lead, 2 * j + 1)].astype(np.int32)
+    t = w0 + w1
+    values = t - np.clip(t, -LIMIT, LIMIT)
+    last = 2 * j + (np.abs(w0) < np.abs(w1))  # the larger weight of the pair gives up the excess
+    index = list(lead) + [last]
+    index.insert(axis, index.pop())  # the pair axis back in its place
+    order = np.lexsort(index[::-1])
+    return tuple(i[order] for i in index), values[order]
 
 
 def split(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     """``(w_s, w_c)``, int8 both, ``w_s + w_c == w``: ``w_s`` safe along ``axis`` (even
     length), ``w_c`` nonzero only at the larger (in magnitude) weight of each unsafe pair, by
     the pair's excess over +-128 (at most 128 in magnitude: int8)."""
-    w0, w1 = _pairs(w, axis)
-    total = w0 + w1
-    excess = total - np.clip(total, -LIMIT, LIMIT)
-    first = np.abs(w0) >= np.abs(w1)
-    c = np.zeros(w0.shape[:-1] + (2 * w0.shape[-1],), np.int16)
-    c[..., 0::2] = np.where(first, excess, 0)
-    c[..., 1::2] = np.where(first, 0, excess)
-    w_c = np.moveaxis(c, -1, axis).astype(np.int8)
-    return (w.astype(np.int16) - w_c).astype(np.int8), w_c
-
-
-def entries(w_c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The nonzeros of a ``[K, N]`` correction weight as flat lists ``(rows, columns, values)``,
-    int32, in row-major order (the rows of ``a`` read in order)."""
-    rows, cols = np.nonzero(w_c)
-    return rows.astype(np.int32), cols.astype(np.int32), w_c[rows, cols].astype(np.int32)
+    index, values = excess(w, axis)
+    w_c = np.zeros_like(w)
+    w_c[index] = values
+    w_s = w.copy()
+    w_s[index] = (w[index].astype(np.int32) - values).astype(np.int8)
+    return w_s, w_c
 
 
 def _scatter_ir(a, rows, cols, vals, out):
@@ -92,20 +111,116 @@ def _scatter_ir(a, rows, cols, vals, out):
     return ib.get()
 
 
-def correction(bb: relax.BlockBuilder, a: relax.Expr, w_c: np.ndarray) -> relax.Expr:
-    """``a @ w_c`` in int32 for uint8 ``a [.., M, K]`` and a sparse int8 ``w_c [K, N]``: each
-    row's products with the nonzeros only (``entries``), scattered into zeros. One pass over
+def correction(bb: relax.BlockBuilder, a: relax.Expr, w: np.ndarray) -> relax.Expr:
+    """``a @ w_c`` (``split(w, 0)``'s) in int32 for uint8 ``a [.., M, K]`` and ``w [K, N]``:
+    each row's products with the nonzeros of ``w_c`` only, scattered into zeros. One pass over
     the int32 output (written here, read by the kernel that adds it): for BERT-base's
     dynamic int8 (about 0.1-0.3 nonzeros per column) far less than the int16 rows of
     ``vpmaddwd`` cost."""
-    rows, cols, vals = entries(w_c)
+    (rows, cols), vals = excess(w, 0)
+    rows, cols, vals = rows.astype(np.int32), cols.astype(np.int32), vals.astype(np.int32)
+    n_out = w.shape[1]
 
     def kernel(x, r, c, v):
-        return te.extern([(*x.shape[:-1], w_c.shape[1])], [x, r, c, v],
+        return te.extern([(*x.shape[:-1], n_out)], [x, r, c, v],
                          lambda ins, outs: _scatter_ir(*ins, outs[0]), dtype=["int32"], name="int8_pair_correction")
 
     return bb.emit_te(kernel, a, relax.const(rows), relax.const(cols), relax.const(vals),
                       primfunc_name_hint="int8_pair_correction")
+
+
+LANES = 8  # output positions per vector of the conv correction
+# A conv is split where the correction's predicted cost (``correction_cost``) is at most this
+# fraction of the vpmaddubsw conv's time, which saves a third of vpmaddwd's (1.53x its rate)
+SPLIT_COST = 0.12
+
+
+def correction_cost(w: np.ndarray) -> float:
+    """The conv correction's time over the ``vpmaddubsw`` conv's, predicted per output from
+    the instructions each takes (``3 K / 32`` for the conv, 3 per 32 products): the
+    channels-first copy of the input (``3 C`` per output position, shared by ``O`` channels),
+    storing and re-reading the int32 output (about 2), and 3 per ``LANES`` outputs for each
+    nonzero of ``w_c`` (half the unsafe pairs' share of ``K``). Calibrated on ResNet-50 int8
+    (Zen 3): the measured cost was about twice this, so ``SPLIT_COST`` is a quarter of the
+    saving."""
+    o, kh, kw, c = w.shape
+    k = kh * kw * c
+    unsafe = unsafe_fraction(w, 3)
+    conv = 3 * k / 32
+    return (3 * c / o + 2 + 3 / LANES * unsafe * k / 2) / conv
+
+
+def conv_split(w: np.ndarray, stride: tuple[int, int]) -> bool:
+    """Whether an ``[O, KH, KW, C]`` int8 conv weight (C a multiple of 4) with unsafe pairs
+    should be split, not widened for ``vpmaddwd``: stride 1 (the correction reads adjacent
+    inputs) and a correction predicted cheap (``correction_cost``): ResNet-50's 3x3 convs and
+    its 1x1 convs of 1024-2048 outputs, not the narrow 1x1 ones, whose copy of the input is
+    shared by few outputs and whose short K has more unsafe pairs per product."""
+    return tuple(stride) == (1, 1) and correction_cost(w) <= SPLIT_COST
+
+
+def _planes_ir(xp, xt):
+    """``xt[n, c, h Wp + w] = xp[n, h, w, c]`` (channels first, each plane flattened), zeros
+    after the last row; rows ``(n, h)`` in parallel, each read from L1 once per channel."""
+    n_img, hp, wp, c = (int(d) for d in xp.shape)
+    size = int(xt.shape[2])
+    with IRBuilder() as ib, T.seq_scope():
+        xp, xt = T.buffer_proxy(xp), T.buffer_proxy(xt)
+        with T.parallel(0, n_img * hp) as p:
+            n, h = p // hp, p % hp
+            with T.serial(0, c) as ch, T.serial(0, wp) as w:
+                xt[n, ch, h * wp + w] = xp[n, h, w, ch]
+        with T.serial(0, n_img) as n, T.serial(0, c) as ch, T.serial(0, size - hp * wp) as t:
+            xt[n, ch, hp * wp + t] = tirx.const(0, "uint8")
+    return ib.get()
+
+
+def _conv_scatter_ir(xt, starts, chans, taps, vals, out, width: int, row: int):
+    """For each output row ``(n, oh)`` (in parallel) and channel ``o``: a vector of ``row``
+    positions (``W'`` rounded up to ``LANES``), the sum over the channel's nonzeros ``e`` of
+    ``xt[n, chans[e], oh Wp + ow + taps[e]] * vals[e]``; its first ``W'`` stored."""
+    n_img, rows, cols, channels = (int(d) for d in out.shape)
+    with IRBuilder() as ib, T.seq_scope():
+        xt, starts, chans, taps, vals, out = (T.buffer_proxy(b) for b in (xt, starts, chans, taps, vals, out))
+        with T.parallel(0, n_img * rows) as p:
+            n, oh = p // rows, p % rows
+            acc = T.buffer_proxy(T.alloc_buffer((row,), "int32", scope="local"))
+            with T.serial(0, channels) as o:
+                with T.vectorized(0, row) as i:
+                    acc[i] = tirx.const(0, "int32")
+                with T.serial(starts[o], starts[o + 1]) as e:
+                    with T.vectorized(0, row) as i:
+                        acc[i] = acc[i] + xt[n, chans[e], oh * width + i + taps[e]].astype("int32") * vals[e]
+                with T.serial(0, cols) as i:
+                    out[n, oh, i, o] = acc[i]
+    return ib.get()
+
+
+def conv_correction(bb: relax.BlockBuilder, xp: relax.Expr, w: np.ndarray, dilation: tuple[int, int],
+                    out_hw: tuple[int, int]) -> relax.Expr:
+    """``conv2d(xp, w_c)`` (NHWC, stride 1, no padding: ``xp`` padded already) in int32 for
+    ``split(w, 3)``'s sparse ``w_c [O, KH, KW, C]``. The input, channels first and each plane flattened
+    (``xt [N, C, Hp Wp + tail]``, ``_planes_ir``), is read a row of outputs at a time: the
+    output ``(oh, ow)`` reads ``oh Wp + ow + kh d Wp + kw d`` of its plane, so each nonzero
+    weight is one vector load, multiply and add per ``LANES`` outputs (``_conv_scatter_ir``)."""
+    n_img, hp, wp, c = (int(d) for d in xp.ty.shape.values)
+    out_h, out_w = out_hw
+    dh, dw = dilation
+    (o, kh, kw, ci), vals = excess(w, 3)
+    starts = np.searchsorted(o, np.arange(w.shape[0] + 1)).astype(np.int32)
+    taps = (kh * dh * wp + kw * dw).astype(np.int32)
+    row = -(-out_w // LANES) * LANES
+    size = max(hp * wp, (out_h - 1) * wp + row + int(taps.max(initial=0)))
+    xt = bb.emit_te(lambda x: te.extern([(n_img, c, size)], [x], lambda ins, outs: _planes_ir(ins[0], outs[0]),
+                                        dtype=["uint8"], name="int8_planes"), xp, primfunc_name_hint="int8_planes")
+
+    def kernel(x, st, ch, tp, v):
+        return te.extern([(n_img, out_h, out_w, w.shape[0])], [x, st, ch, tp, v],
+                         lambda ins, outs: _conv_scatter_ir(*ins, outs[0], wp, row), dtype=["int32"],
+                         name="int8_pair_conv_correction")
+
+    return bb.emit_te(kernel, xt, relax.const(starts), relax.const(ci.astype(np.int32)), relax.const(taps),
+                      relax.const(vals.astype(np.int32)), primfunc_name_hint="int8_pair_conv_correction")
 
 
 def mark_pass() -> tvm.transform.Pass:
