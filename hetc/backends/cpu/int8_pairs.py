@@ -188,9 +188,8 @@ def _conv_scatter_ir(xt, starts, chans, taps, vals, out, width: int, row: int):
             with T.serial(0, channels) as o:
                 with T.vectorized(0, row) as i:
                     acc[i] = tirx.const(0, "int32")
-                with T.serial(starts[o], starts[o + 1]) as e:
-                    with T.vectorized(0, row) as i:
-                        acc[i] = acc[i] + xt[n, chans[e], oh * width + i + taps[e]].astype("int32") * vals[e]
+                with T.serial(starts[o], starts[o + 1]) as e, T.vectorized(0, row) as i:
+                    acc[i] = acc[i] + xt[n, chans[e], oh * width + i + taps[e]].astype("int32") * vals[e]
                 with T.serial(0, cols) as i:
                     out[n, oh, i, o] = acc[i]
     return ib.get()

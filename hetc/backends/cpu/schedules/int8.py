@@ -27,7 +27,11 @@ instruction on a register tile.
 
 Without VNNI (AVX2: every x86 CPU before Ice Lake / Zen 4) the same tile steps with
 ``vpmaddwd`` on operands widened to int16 (``PMADDWD``, rule ``int8-pmaddwd``): 2 products per
-lane per step instead of 4, never saturating, so the result is the exact integer one too.
+lane per step instead of 4, never saturating, so the result is the exact integer one too. Where
+the weight's pairs cannot saturate (``backends/cpu/int8_pairs.py``: weights split at compile
+time, marked on the kernel as ``SAFE_PAIRS``), it steps with ``vpmaddubsw`` + ``vpmaddwd`` by
+ones on the uint8 input (``PMADDUBSW``, rule ``int8-pmaddubsw``): 4 products per lane per step,
+onnxruntime's AVX2 step, exact there.
 
 The weight-only int8 matmuls (``passes/weight_int8.py``) arrive as one kernel of float32 rows:
 a row pass (each row's peak, the row rounded to int16), the int32 contraction on the int16
