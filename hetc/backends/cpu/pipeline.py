@@ -29,7 +29,7 @@ from .fold_packing import fold_packing_pass
 from .int8 import int8_conv_pass
 from .ragged_conv import ragged_conv_pass
 from .schedules import default_schedule_pass, gemm, simd_lanes, split_weight_packing_pass
-from .schedules.int8 import VNNI, instruction
+from .schedules.int8 import PMADDWD, VNNI, instruction
 from .winograd import winograd_pass
 
 
@@ -196,10 +196,19 @@ def pre_schedule_stages(options: CompileOptions, offloads: Sequence = ()) -> lis
         + legalize_passes({**FAST_MATH, "relax.nn.conv2d": grouped_conv.legalization(simd_lanes(llvm_target(options)))})
         + fusion_passes()
         + [Stage("mark_constant_params", "tell each kernel which of its inputs are constants (packable)",
-                 relax.transform.AttachAttrLayoutFreeBuffers),
-           Stage("mark_safe_pairs", "tell each int8 kernel which weights vpmaddubsw computes exactly",
-                 int8_pairs.mark_pass)],
+                 relax.transform.AttachAttrLayoutFreeBuffers)]
+        + safe_pairs_passes(options),
         offloads)
+
+
+def safe_pairs_passes(options: CompileOptions) -> list[Stage]:
+    """On CPUs whose int8 step is ``vpmaddwd`` (AVX2 without VNNI), mark the int8 weights that
+    ``vpmaddubsw`` computes exactly (``int8_pairs``); elsewhere no rule reads the marks."""
+    kind = instruction(llvm_target(options))
+    if kind is None or kind.name != PMADDWD.name:
+        return []
+    return [Stage("mark_safe_pairs", "tell each int8 kernel which weights vpmaddubsw computes exactly",
+                  int8_pairs.mark_pass)]
 
 
 def stages(options: CompileOptions, offloads: Sequence = ()) -> list[Stage]:
