@@ -115,13 +115,14 @@ class _Int8Conv(PyExprMutator):  # pylint: disable=abstract-method
             x = self.builder_.emit(relax.op.nn.pad(x, [0, 0, top, bottom, left, right, 0, extra], pad_value=float(zx)))
         wq = np.pad(w, [(0, 0)] * 3 + [(0, extra)]).astype(np.int8)
         fix = None
-        if self.widen and not int8_pairs.safe(wq, 3):
+        found = int8_pairs.excess(wq, 3) if self.widen else None  # unsafe pairs, once
+        if found is not None and found[1].size:
             static = all(isinstance(d, tvm.tirx.IntImm) for d in x.ty.shape.values)
-            if static and int8_pairs.conv_split(wq, [int(v) for v in attrs.strides]):
+            if static and int8_pairs.conv_split(wq, [int(v) for v in attrs.strides], found):
                 # vpmaddubsw on the uint8 input and the safe part, the rest added (``int8_pairs``)
-                fix = int8_pairs.conv_correction(self.builder_, x, wq, [int(v) for v in attrs.dilation],
+                fix = int8_pairs.conv_correction(self.builder_, x, found, wq.shape[0], [int(v) for v in attrs.dilation],
                                                  [int(v) for v in call.ty.shape.values[1:3]])
-                wq = int8_pairs.split(wq, 3)[0]
+                wq = int8_pairs.split(wq, 3, found)[0]
             else:  # vpmaddwd's int16 operand, widened once per element, not at each use
                 x = self.builder_.emit(relax.op.astype(x, "int16"))
         conv = relax.op.nn.conv2d(x, relax.const(wq), strides=attrs.strides, padding=[0, 0, 0, 0],
@@ -153,10 +154,11 @@ class _Int8Conv(PyExprMutator):  # pylint: disable=abstract-method
         w = b.value.numpy()
         if w.ndim != 2 or w.shape[0] % 4 or w.shape[1] % 4:
             return relax.op.matmul(self.builder_.emit(relax.op.astype(a, "int16")), b, out_dtype="int32")
-        product = relax.op.matmul(a, relax.const(int8_pairs.split(w, 0)[0]), out_dtype="int32")
-        if int8_pairs.safe(w, 0):
+        found = int8_pairs.excess(w, 0)  # unsafe pairs, once
+        product = relax.op.matmul(a, relax.const(int8_pairs.split(w, 0, found)[0]), out_dtype="int32")
+        if not found[1].size:
             return product
-        return relax.op.add(self.builder_.emit(product), int8_pairs.correction(self.builder_, a, w))
+        return relax.op.add(self.builder_.emit(product), int8_pairs.correction(self.builder_, a, found, w.shape[1]))
 
     def _depthwise(self, call: relax.Call, x: relax.Expr, zx: int, w: np.ndarray) -> relax.Expr:
         """A depthwise conv on ``x - zx`` computed in float32, exactly: no int8 dot product

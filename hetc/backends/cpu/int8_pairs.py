@@ -52,11 +52,6 @@ def safe(w: np.ndarray, axis: int) -> bool:
     return total.size == 0 or (int(total.max()) <= LIMIT and int(total.min()) >= -LIMIT)
 
 
-def unsafe_fraction(w: np.ndarray, axis: int) -> float:
-    total = _sums(w, axis)
-    return float(((total > LIMIT) | (total < -LIMIT)).mean())
-
-
 def excess(w: np.ndarray, axis: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """The nonzeros of ``split``'s ``w_c``: ``(index, values)``, ``index`` a tuple of index
     arrays into ``w`` (in row-major order), ``values`` int32. Only the (few) unsafe pairs are
@@ -75,11 +70,12 @@ def excess(w: np.ndarray, axis: int) -> tuple[tuple[np.ndarray, ...], np.ndarray
     return tuple(i[order] for i in index), values[order]
 
 
-def split(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+def split(w: np.ndarray, axis: int, found=None) -> tuple[np.ndarray, np.ndarray]:
     """``(w_s, w_c)``, int8 both, ``w_s + w_c == w``: ``w_s`` safe along ``axis`` (even
     length), ``w_c`` nonzero only at the larger (in magnitude) weight of each unsafe pair, by
-    the pair's excess over +-128 (at most 128 in magnitude: int8)."""
-    index, values = excess(w, axis)
+    the pair's excess over +-128 (at most 128 in magnitude: int8). ``found``: ``excess(w,
+    axis)`` if the caller has it."""
+    index, values = excess(w, axis) if found is None else found
     w_c = np.zeros_like(w)
     w_c[index] = values
     w_s = w.copy()
@@ -111,15 +107,14 @@ def _scatter_ir(a, rows, cols, vals, out):
     return ib.get()
 
 
-def correction(bb: relax.BlockBuilder, a: relax.Expr, w: np.ndarray) -> relax.Expr:
-    """``a @ w_c`` (``split(w, 0)``'s) in int32 for uint8 ``a [.., M, K]`` and ``w [K, N]``:
-    each row's products with the nonzeros of ``w_c`` only, scattered into zeros. One pass over
-    the int32 output (written here, read by the kernel that adds it): for BERT-base's
-    dynamic int8 (about 0.1-0.3 nonzeros per column) far less than the int16 rows of
-    ``vpmaddwd`` cost."""
-    (rows, cols), vals = excess(w, 0)
+def correction(bb: relax.BlockBuilder, a: relax.Expr, found, n_out: int) -> relax.Expr:
+    """``a @ w_c`` in int32 for uint8 ``a [.., M, K]`` and ``w_c [K, n_out]`` given by its
+    nonzeros ``found`` (``excess(w, 0)``): each row's products with them only, scattered into
+    zeros. One pass over the int32 output (written here, read by the kernel that adds it): for
+    BERT-base's dynamic int8 (about 0.1-0.3 nonzeros per column) far less than the int16 rows
+    of ``vpmaddwd`` cost."""
+    (rows, cols), vals = found
     rows, cols, vals = rows.astype(np.int32), cols.astype(np.int32), vals.astype(np.int32)
-    n_out = w.shape[1]
 
     def kernel(x, r, c, v):
         return te.extern([(*x.shape[:-1], n_out)], [x, r, c, v],
@@ -135,28 +130,31 @@ LANES = 8  # output positions per vector of the conv correction
 SPLIT_COST = 0.12
 
 
-def correction_cost(w: np.ndarray) -> float:
+def correction_cost(w: np.ndarray, unsafe: int) -> float:
     """The conv correction's time over the ``vpmaddubsw`` conv's, predicted per output from
     the instructions each takes (``3 K / 32`` for the conv, 3 per 32 products): the
     channels-first copy of the input (``3 C`` per output position, shared by ``O`` channels),
     storing and re-reading the int32 output (about 2), and 3 per ``LANES`` outputs for each
-    nonzero of ``w_c`` (half the unsafe pairs' share of ``K``). Calibrated on ResNet-50 int8
-    (Zen 3): the measured cost was about twice this, so ``SPLIT_COST`` is a quarter of the
-    saving."""
+    nonzero of ``w_c`` (``unsafe`` of them, one per unsafe pair). Calibrated on ResNet-50 int8
+    (2-core AMD EPYC, LLVM znver3: AVX2): the measured cost was about twice this, so
+    ``SPLIT_COST`` is a quarter of the saving."""
     o, kh, kw, c = w.shape
     k = kh * kw * c
-    unsafe = unsafe_fraction(w, 3)
     conv = 3 * k / 32
-    return (3 * c / o + 2 + 3 / LANES * unsafe * k / 2) / conv
+    return (3 * c / o + 2 + 3 / LANES * unsafe / o) / conv
 
 
-def conv_split(w: np.ndarray, stride: tuple[int, int]) -> bool:
+def conv_split(w: np.ndarray, stride: tuple[int, int], found=None) -> bool:
     """Whether an ``[O, KH, KW, C]`` int8 conv weight (C a multiple of 4) with unsafe pairs
     should be split, not widened for ``vpmaddwd``: stride 1 (the correction reads adjacent
     inputs) and a correction predicted cheap (``correction_cost``): ResNet-50's 3x3 convs and
     its 1x1 convs of 1024-2048 outputs, not the narrow 1x1 ones, whose copy of the input is
-    shared by few outputs and whose short K has more unsafe pairs per product."""
-    return tuple(stride) == (1, 1) and correction_cost(w) <= SPLIT_COST
+    shared by few outputs and whose short K has more unsafe pairs per product. ``found``:
+    ``excess(w, 3)`` if the caller has it."""
+    if tuple(stride) != (1, 1):
+        return False
+    found = excess(w, 3) if found is None else found
+    return correction_cost(w, found[1].size) <= SPLIT_COST
 
 
 def _planes_ir(xp, xt):
@@ -195,18 +193,18 @@ def _conv_scatter_ir(xt, starts, chans, taps, vals, out, width: int, row: int):
     return ib.get()
 
 
-def conv_correction(bb: relax.BlockBuilder, xp: relax.Expr, w: np.ndarray, dilation: tuple[int, int],
+def conv_correction(bb: relax.BlockBuilder, xp: relax.Expr, found, channels: int, dilation: tuple[int, int],
                     out_hw: tuple[int, int]) -> relax.Expr:
-    """``conv2d(xp, w_c)`` (NHWC, stride 1, no padding: ``xp`` padded already) in int32 for
-    ``split(w, 3)``'s sparse ``w_c [O, KH, KW, C]``. The input, channels first and each plane flattened
+    """``conv2d(xp, w_c)`` (NHWC, stride 1, no padding: ``xp`` padded already) in int32 for a
+    sparse ``w_c [O = channels, KH, KW, C]`` given by its nonzeros ``found`` (``excess(w, 3)``). The input, channels first and each plane flattened
     (``xt [N, C, Hp Wp + tail]``, ``_planes_ir``), is read a row of outputs at a time: the
     output ``(oh, ow)`` reads ``oh Wp + ow + kh d Wp + kw d`` of its plane, so each nonzero
     weight is one vector load, multiply and add per ``LANES`` outputs (``_conv_scatter_ir``)."""
     n_img, hp, wp, c = (int(d) for d in xp.ty.shape.values)
     out_h, out_w = out_hw
     dh, dw = dilation
-    (o, kh, kw, ci), vals = excess(w, 3)
-    starts = np.searchsorted(o, np.arange(w.shape[0] + 1)).astype(np.int32)
+    (o, kh, kw, ci), vals = found
+    starts = np.searchsorted(o, np.arange(channels + 1)).astype(np.int32)
     taps = (kh * dh * wp + kw * dw).astype(np.int32)
     row = -(-out_w // LANES) * LANES
     size = max(hp * wp, (out_h - 1) * wp + row + int(taps.max(initial=0)))
@@ -214,7 +212,7 @@ def conv_correction(bb: relax.BlockBuilder, xp: relax.Expr, w: np.ndarray, dilat
                                         dtype=["uint8"], name="int8_planes"), xp, primfunc_name_hint="int8_planes")
 
     def kernel(x, st, ch, tp, v):
-        return te.extern([(n_img, out_h, out_w, w.shape[0])], [x, st, ch, tp, v],
+        return te.extern([(n_img, out_h, out_w, channels)], [x, st, ch, tp, v],
                          lambda ins, outs: _conv_scatter_ir(*ins, outs[0], wp, row), dtype=["int32"],
                          name="int8_pair_conv_correction")
 

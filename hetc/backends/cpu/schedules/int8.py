@@ -213,7 +213,7 @@ PMADDWD_AVX2 = Instruction(PMADDWD.name, PMADDWD.step, PMADDWD.registers,
                            {k: v for k, v in PMADDWD.intrinsics.items() if k[0] != 16})
 # uint8 quads, for weights whose pairs cannot saturate (``int8_pairs``): a 3 x 3 tile, 9
 # accumulators + 3 weights + the broadcast + the int16 products + vpmaddwd's ones = 15 ymm (4 x 3
-# spilled two accumulators at every step: BERT-base's 768 x 3072 matmul 2.49 -> 2.21 ms, Zen 3)
+# spilled two accumulators at every step: BERT-base's 768 x 3072 matmul 2.49 -> 2.21 ms, LLVM znver3: AVX2)
 PMADDUBSW = Instruction("pmaddubsw", 4, 9, {(lanes, "uint8"): f"hetc_dot_{lanes}x4_u8i8i32_pmaddubsw_local"
                                              for lanes in (16, 8, 4)})
 PMADDUBSW_AVX2 = Instruction(PMADDUBSW.name, PMADDUBSW.step, PMADDUBSW.registers,
