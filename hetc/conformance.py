@@ -67,9 +67,20 @@ _RETRY_WITH_FROZEN = {"conversion-error", "shape-error", "unsupported-op", "comp
 
 
 def node_tests_dir() -> Path:
-    """Where generated node tests are cached: $HETC_CACHE or ~/.cache/hetc, per onnx version."""
+    """Where generated node tests are cached: $HETC_CACHE or ~/.cache/hetc.
+
+    Keyed by the onnx and ml_dtypes versions: the expected outputs come from onnx's reference
+    implementations, and their sub-byte casts (INT4, UINT4, INT2, UINT2) go through ml_dtypes
+    (0.7.0 made onnx 1.23's give zeros), so a cache written under another ml_dtypes is stale.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
     root = Path(os.environ.get("HETC_CACHE", Path.home() / ".cache" / "hetc"))
-    return root / f"onnx-node-tests-{onnx.__version__}"
+    try:
+        ml_dtypes = version("ml_dtypes")
+    except PackageNotFoundError:
+        ml_dtypes = "none"
+    return root / f"onnx-node-tests-{onnx.__version__}-ml_dtypes-{ml_dtypes}"
 
 
 def generate(out: Path | None = None, op_type: str | None = None) -> Path:

@@ -50,3 +50,18 @@ def test_full_suite_keeps_every_recorded_pass(tests_root):
     print(f"ONNX node tests: {passes} of {len(results)} pass (recorded: {BASELINE['passes']})")
     assert not lost, f"{len(lost)} recorded passes now fail: {lost[:20]}"
     assert passes >= BASELINE["passes"]
+
+
+def test_node_test_cache_is_keyed_by_ml_dtypes(monkeypatch, tmp_path):
+    # A cache written under ml_dtypes 0.7.0 held zeros for sub-byte casts' expected outputs and
+    # failed a CI run under the pinned 0.6: the directory must change with either version.
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setenv("HETC_CACHE", str(tmp_path))
+    here = conformance.node_tests_dir()
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "0.0.test" if name == "ml_dtypes" else real(name))
+    other = conformance.node_tests_dir()
+    assert here.parent == other.parent == tmp_path and here != other
+    assert onnx.__version__ in other.name and "0.0.test" in other.name
