@@ -343,15 +343,15 @@ def _schedule(sch: Schedule, infos: list[SBlockInfo], lanes: int, variant: int,
     # Producers: plain copies/reshapes are inlined. Padding (a conditional) stays a separate
     # pass before a real contraction (its reduction loop must stay branch-free), but is inlined
     # into depthwise convs and pools, where every load is a vector along j anyway and a
-    # separate pass would double the memory traffic, and where the padded tensor has fewer
-    # channels than a vector (an RGB stem: the pass would run scalar; inlined, 1.35x faster).
+    # separate pass would double the memory traffic. An RGB stem's padding (3 channels) was
+    # inlined too, once: a bounds check on every broadcast of the micro-kernel, which made
+    # ResNet-50's 7x7 stride-2 stem 2.6x slower than with the pass (4.74 against 1.82 ms, the
+    # pass included; 2-core Zen 3, LLVM znver3, AVX2).
     per_channel = all(any(uses(r.min, jvar) for r in read.region) for read in block.reads
                       if any(uses(r.min, it.var) for r in read.region for it in reduce))
     for producer in reversed(infos[:infos.index(main)]):
         pblock = sch.get(producer.block_rv)
-        last = pblock.writes[0].source.shape[-1]
-        narrow = isinstance(last, tirx.IntImm) and int(last) < max(lanes, 4)
-        if per_channel or narrow or im2col or not _has_condition(pblock.body):
+        if per_channel or im2col or not _has_condition(pblock.body):
             try:
                 sch.compute_inline(producer.block_rv)
                 continue
