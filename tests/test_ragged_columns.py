@@ -144,7 +144,7 @@ def test_unpadded_convs_widen_only_where_it_pays_for_the_copy():
     """Widening a conv with no padding of its own (1x1) adds a pass copying its whole input into
     a zero-padded buffer: on AVX2, 56 pixels a row take 2 x 32 tiles, and 6 x 16 ones over 60
     score only 5% better, which the copy outweighed (ResNet-50's 1x1 convs: 1.22-1.32x against
-    1.04-1.15x onnxruntime, 2-core Zen 3). A 3x3 conv, which pads anyway, is still widened."""
+    1.04-1.15x onnxruntime, 2-core AMD EPYC, LLVM znver3, AVX2). A 3x3 conv, which pads anyway, is still widened."""
     for kernel, wider in ((1, False), (3, True)):
         model = _square_conv(56, 16, 64, kernel)
         compiled = hetc.compile(model, "cpu", cpu="haswell", winograd="off")

@@ -103,15 +103,16 @@ def pad_tile(call: relax.Call, lanes: int, tiles: ModuleType) -> relax.Expr | No
         counts |= {outputs + (-outputs % (k * lanes)) for k in (2, 3, 4)}
     columns, wider = best(range(ow, int(ow * WIDER) + 1))
     rows, score = tiles.conv_row_tile(oh, ow, base, lanes)
+    plain = score * outputs / base  # the plain tile (no padding), scored as ``value`` scores
     # A conv with no padding of its own (1x1) reads a widened input from a zero-padded copy, a
     # pass over its whole input that the conv did not have: there the wider tile must score
     # PAD_GAIN better, as for a tile of many rows. ResNet-50's 1x1 convs at 56 and 28 pixels a
     # row, on AVX2, took 6 x 16 tiles over 60 and 30 (scored 5% above their own 2 x 32), and ran
     # 1.22-1.32x onnxruntime against 1.04-1.15x unwidened (2-core Zen 3, LLVM znver3).
     if wider != ow and not any(int(v) for v in attrs.padding) and not tiles.worth_padding(
-            tiles.MIN_TILE_ROWS, score * outputs / base, value(columns, wider)):
+            tiles.MIN_TILE_ROWS, plain, value(columns, wider)):
         columns, wider = best([ow])
-    if not tiles.worth_padding(rows, score * outputs / base, value(columns, wider)):
+    if not tiles.worth_padding(rows, plain, value(columns, wider)):
         columns, wider = base, ow
     if (columns, wider) == (outputs, ow):
         return None
