@@ -241,3 +241,41 @@ def test_integer_slice_of_a_symbolic_dim_has_a_plain_extent():
     for t in (2, 7):
         x = {"x": RNG.standard_normal((2, t)).astype(np.float32)}
         assert_close(compiled.run(x)["y"], ort_run(model, x)[0])
+
+
+@pytest.mark.parametrize("value", [0.0, -2.5])
+def test_pad_by_a_length_computed_from_a_symbolic_dim(value):
+    # torch.onnx.export of F.pad(x, (0, 0, 0, (4 - t % 4) % 4)) on a [batch, t, 3] input: the
+    # widths built from Shape(x)[1], reversed and transposed into ONNX's order (SEW pads its
+    # upsampled sequence back to the input's length this way). Shape arithmetic gives the
+    # widths [0, 0, 0, 0, w, 0] at compile time; evaluated at run time instead, every axis was
+    # gathered and the symbolic batch refused ("pads axis 0, whose size batch is symbolic").
+    i64 = lambda name, v: _const(name, np.array(v, np.int64))
+    end = np.iinfo(np.int64).min
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["t"], axis=0),
+        helper.make_node("Mod", ["t", "four"], ["r"]),
+        helper.make_node("Sub", ["four", "r"], ["s"]),
+        helper.make_node("Mod", ["s", "four"], ["w"]),
+        helper.make_node("Unsqueeze", ["w", "axis0"], ["w1"]),
+        helper.make_node("Concat", ["zeros3", "w1"], ["torch_order"], axis=0),
+        helper.make_node("ConstantOfShape", ["two"], ["rest"], value=numpy_helper.from_array(np.zeros(1, np.int64))),
+        helper.make_node("Concat", ["torch_order", "rest"], ["flat"], axis=0),
+        helper.make_node("Reshape", ["flat", "pairs"], ["grid"]),
+        helper.make_node("Slice", ["grid", "minus1", "end", "axis0", "minus1"], ["flipped"]),
+        helper.make_node("Transpose", ["flipped"], ["onnx_order"], perm=[1, 0]),
+        helper.make_node("Reshape", ["onnx_order", "minus1"], ["pads"]),
+        helper.make_node("Pad", ["x", "pads", "v"], ["y"], mode="constant"),
+    ]
+    model = _model(
+        nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "t", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "padded", 3])],
+        [i64("one", 1), i64("four", 4), i64("axis0", [0]), i64("zeros3", [0, 0, 0]), i64("two", [2]),
+         i64("pairs", [-1, 2]), i64("minus1", [-1]), i64("end", [end]), _const("v", np.array(value, np.float32))])
+    compiled = hetc.compile(model, "cpu")
+    for batch, t in ((1, 5), (3, 8), (2, 3)):
+        x = {"x": RNG.standard_normal((batch, t, 3)).astype(np.float32)}
+        got, want = compiled.run(x)["y"], ort_run(model, x)[0]
+        assert got.shape == want.shape == (batch, t + (4 - t % 4) % 4, 3)
+        assert_close(got, want)

@@ -249,8 +249,9 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
     def _varies(self, dim) -> bool:
         return bool(self.varying_dims) and any(v in self.varying_dims for v in tvm.tirx.analysis.undefined_vars(dim))
 
-    def _value(self, name: str) -> np.ndarray | None:
-        """The compile-time value of a small integer tensor (ints and symbolic PrimExprs), or None."""
+    def known_value(self, name: str) -> np.ndarray | None:
+        """The compile-time value of a small integer tensor (ints and symbolic PrimExprs), or None
+        (``ConvertContext.known`` for converters)."""
         if name in self._known:
             return self._known[name]
         expr = self._nodes.get(name)
@@ -275,7 +276,7 @@ class HetcGraphImporter(tvm_onnx.ONNXGraphImporter):
                 value = np.array(symbolic.simplify(tvm.tirx.const(1, "int64") * np.prod(value)), object)
             outputs = [value]
         else:
-            values = [self._value(name) if name else None for name in node.input]
+            values = [self.known_value(name) if name else None for name in node.input]
             if any(v is None for v, name in zip(values, node.input) if name):
                 return False
             if node.op_type == "Range":

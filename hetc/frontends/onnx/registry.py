@@ -83,6 +83,15 @@ class ConvertContext:
     def error(self, message: str) -> ConversionError:
         return ConversionError(f"{self.label}: {message}")
 
+    def known(self, index: int):
+        """The compile-time value of input ``index`` where shape arithmetic on symbolic dims
+        gives it (``symbolic.py``: a numpy object array of ints and PrimExprs), else None. An op
+        outside TVM's shape-compatible set gets such a value as a tensor; this is its value."""
+        node = getattr(self.importer, "_node_now", None)
+        if node is None or not index < len(node.input) or not node.input[index]:
+            return None
+        return self.importer.known_value(node.input[index])
+
 
 ConverterFn = Callable[[ConvertContext, list, Attrs], Any]
 

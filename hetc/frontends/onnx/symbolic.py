@@ -56,7 +56,8 @@ def simplify(value):
     return int(value.value) if isinstance(value, tirx.IntImm) else value
 
 
-def _prim(value) -> tirx.PrimExpr:
+def prim(value) -> tirx.PrimExpr:
+    """An int or PrimExpr as an int64 PrimExpr."""
     return tirx.const(int(value), "int64") if isinstance(value, (int, np.integer)) else value
 
 
@@ -76,20 +77,20 @@ def known(array: np.ndarray) -> np.ndarray | None:
 def _truncdiv(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return int(a / b) if b else 0
-    return tirx.truncdiv(_prim(a), _prim(b))
+    return tirx.truncdiv(prim(a), prim(b))
 
 
 def _truncmod(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return a - b * int(a / b) if b else 0
-    return tirx.truncmod(_prim(a), _prim(b))
+    return tirx.truncmod(prim(a), prim(b))
 
 
 def _compare(fn):
     def apply(a, b):
         if isinstance(a, int) and isinstance(b, int):
             return int(fn(a, b))
-        return tirx.Select(fn(_prim(a), _prim(b)), _prim(1), _prim(0))
+        return tirx.Select(fn(prim(a), prim(b)), prim(1), prim(0))
     return apply
 
 
@@ -97,7 +98,7 @@ def _minmax(pick):
     def apply(a, b):
         if isinstance(a, int) and isinstance(b, int):
             return pick(a, b)
-        return (tirx.max if pick is max else tirx.min)(_prim(a), _prim(b))
+        return (tirx.max if pick is max else tirx.min)(prim(a), prim(b))
     return apply
 
 
@@ -107,14 +108,14 @@ _BINARY: dict[str, Callable] = {
     "LessOrEqual": _compare(operator.le), "GreaterOrEqual": _compare(operator.ge),
     "Max": _minmax(max), "Min": _minmax(min),
     "And": lambda a, b: a * b if isinstance(a, int) and isinstance(b, int) else tirx.Select(
-        tirx.all(_prim(a) != 0, _prim(b) != 0), _prim(1), _prim(0)),
+        tirx.all(prim(a) != 0, prim(b) != 0), prim(1), prim(0)),
     "Or": lambda a, b: int(bool(a) or bool(b)) if isinstance(a, int) and isinstance(b, int) else tirx.Select(
-        tirx.any(_prim(a) != 0, _prim(b) != 0), _prim(1), _prim(0)),
+        tirx.any(prim(a) != 0, prim(b) != 0), prim(1), prim(0)),
 }
 _UNARY: dict[str, Callable] = {
     "Neg": operator.neg, "Identity": lambda a: a,
     "Abs": lambda a: abs(a) if isinstance(a, int) else tirx.abs(a),
-    "Not": lambda a: int(not a) if isinstance(a, int) else tirx.Select(a == 0, _prim(1), _prim(0)),
+    "Not": lambda a: int(not a) if isinstance(a, int) else tirx.Select(a == 0, prim(1), prim(0)),
 }
 
 
@@ -197,7 +198,7 @@ def _cast(attrs, values, opset):
     if kind not in "iub":
         return None
     if kind == "b":
-        return [_map(lambda a: int(a != 0) if isinstance(a, int) else tirx.Select(a != 0, _prim(1), _prim(0)),
+        return [_map(lambda a: int(a != 0) if isinstance(a, int) else tirx.Select(a != 0, prim(1), prim(0)),
                      values[0])]
     return [values[0]]
 
@@ -205,7 +206,7 @@ def _cast(attrs, values, opset):
 def _where(attrs, values, opset):
     cond, a, b = values
     return [_map(lambda c, x, y: (x if c else y) if isinstance(c, int)
-                 else tirx.Select(c != 0, _prim(x), _prim(y)), cond, a, b)]
+                 else tirx.Select(c != 0, prim(x), prim(y)), cond, a, b)]
 
 
 def _shape(attrs, values, opset, dims=None):
@@ -265,6 +266,7 @@ _OPS: dict[str, Callable] = {
     "Reshape": _reshape, "Cast": _cast, "Where": _where, "Range": _range, "ConstantOfShape": _constant_of_shape,
     "Expand": _expand, "ReduceProd": _reduce(operator.mul), "ReduceSum": _reduce(operator.add),
     "ReduceMax": _reduce(_minmax(max)), "ReduceMin": _reduce(_minmax(min)),
+    "Transpose": lambda attrs, values, opset: [np.transpose(values[0], attrs.get("perm"))],
     "Flatten": lambda attrs, values, opset: [values[0].reshape(
         int(np.prod(values[0].shape[:attrs.get("axis", 1) % max(values[0].ndim, 1)])), -1)],
 }
@@ -298,7 +300,7 @@ def emit(bb: relax.BlockBuilder, value: np.ndarray, dtype: str) -> relax.Expr:
     """A Relax expression holding ``value`` as a tensor of ``dtype`` (int64 vectors: a ShapeExpr)."""
     if is_static(value):
         return relax.const(np.array([int(v) for v in value.flat], dtype).reshape(value.shape), dtype)
-    flat = [_prim(v) for v in value.flat]
+    flat = [prim(v) for v in value.flat]
     if value.ndim == 1 and dtype == "int64":
         return relax.ShapeExpr(flat)
     tensor = bb.normalize(relax.op.shape_to_tensor(relax.ShapeExpr(flat)))
@@ -311,9 +313,9 @@ def emit_range(bb: relax.BlockBuilder, values: list, dtype: str) -> relax.Expr |
     start, limit, delta = (simplify(v.flat[0]) for v in values)
     if not isinstance(delta, int) or delta == 0:
         return None
-    length = simplify(tirx.max(tirx.floordiv(_prim(limit) - _prim(start) + (delta - 1 if delta > 0 else delta + 1),
-                                             _prim(delta)), _prim(0)))
-    ramp = bb.normalize(relax.op.arange(0, _prim(length), 1, dtype))
+    length = simplify(tirx.max(tirx.floordiv(prim(limit) - prim(start) + (delta - 1 if delta > 0 else delta + 1),
+                                             prim(delta)), prim(0)))
+    ramp = bb.normalize(relax.op.arange(0, prim(length), 1, dtype))
     if delta != 1:
         ramp = bb.normalize(relax.op.multiply(ramp, relax.const(delta, dtype)))
     if not (isinstance(start, int) and start == 0):

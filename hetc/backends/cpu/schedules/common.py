@@ -221,6 +221,8 @@ def _transposed_axis(block) -> int | None:
     names = [iv.var for iv in block.iter_vars]
     if any(int(iv.iter_type) != tirx.IterVar.DataPar for iv in block.iter_vars) or len(names) < 2:
         return None
+    if not (body.indices and body.value.indices):  # a scalar broadcast (a pad block of symbolic size)
+        return None
     last_out, last_in = body.indices[-1], body.value.indices[-1]
     if not (isinstance(last_out, tirx.Var) and last_out.same_as(names[-1]) and isinstance(last_in, tirx.Var)):
         return None

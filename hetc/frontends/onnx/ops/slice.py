@@ -79,9 +79,6 @@ def slice_(ctx: ConvertContext, inputs: list, attrs: Attrs):
     axes = [a % rank for a in axes]
     begin = [_resolve(s, shape[a]) for s, a in zip(starts, axes)]
     end = [_resolve(e, shape[a]) for e, a in zip(ends, axes)]
-    end = [symbolic.simplify(tirx.max(_prim(e), _prim(b))) for b, e in zip(begin, end)]  # empty, not negative
+    end = [symbolic.simplify(tirx.max(symbolic.prim(e), symbolic.prim(b))) for b, e in zip(begin, end)]  # empty, not negative
     return relax.op.strided_slice(x, axes, begin, end, steps, assume_inbound=True)
 
-
-def _prim(value) -> tirx.PrimExpr:
-    return tirx.const(value, "int64") if isinstance(value, int) else value

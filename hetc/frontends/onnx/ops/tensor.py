@@ -31,6 +31,7 @@ import tvm
 from tvm import relax, tirx
 
 from .. import runtime_values as rv
+from .. import symbolic
 from ..registry import Attrs, ConvertContext, converter
 from ..shapes import dims as _any_dims
 from ..shapes import static_dims as _dims
@@ -52,17 +53,42 @@ def _crop(bb, x: relax.Expr, axis: int, begin: int, end: int) -> relax.Expr:
     return bb.normalize(relax.op.strided_slice(x, [axis], [begin], [end], assume_inbound=True))
 
 
-def _pad_constant(bb, x: relax.Expr, axis: int, before: int, after: int, value: relax.Expr) -> relax.Expr:
+def _pad_constant(bb, x: relax.Expr, axis: int, before, after, value: relax.Expr) -> relax.Expr:
+    """``x`` with blocks of ``value`` concatenated on ``axis``; widths are ints or non-negative
+    PrimExprs."""
     shape = _any_dims(x)  # symbolic dims (a batch) carry over to the pad blocks
 
-    def block(width: int) -> relax.Expr:
+    def block(width) -> relax.Expr:
         dims = list(shape)
         dims[axis] = width
         # broadcast_to, not full: TVM's legalization of full rejects an inf/NaN constant
         return bb.normalize(relax.op.broadcast_to(value, dims))
 
-    parts = ([block(before)] if before else []) + [x] + ([block(after)] if after else [])
+    def used(width) -> bool:
+        return not (isinstance(width, int) and width == 0)
+
+    parts = ([block(before)] if used(before) else []) + [x] + ([block(after)] if used(after) else [])
     return bb.normalize(relax.op.concat(parts, axis=axis)) if len(parts) > 1 else x
+
+
+def _pad_symbolic(ctx: ConvertContext, x: relax.Expr, widths: list, value: relax.Expr) -> relax.Expr:
+    """Constant-mode pad by widths that are expressions of symbolic dims (torch's ``F.pad`` by a
+    length computed from ``x.size(1)``: SEW pads its upsampled sequence back to the input's).
+    Per axis, what a negative width removes is cropped (``strided_slice``) and blocks of
+    ``max(width, 0)`` are concatenated; the simplifier drops the parts it proves empty."""
+    bb = ctx.bb
+    for axis, (b, a) in enumerate(widths):
+        if isinstance(b, int) and isinstance(a, int) and not (b or a):
+            continue
+        n = _any_dims(x)[axis]
+        lo, hi = (symbolic.simplify(tirx.max(-symbolic.prim(w), 0)) for w in (b, a))
+        if not (isinstance(lo, int) and isinstance(hi, int) and lo == hi == 0):
+            end = symbolic.simplify(symbolic.prim(n) - symbolic.prim(hi))
+            x = bb.normalize(relax.op.strided_slice(x, [axis], [symbolic.prim(lo)], [symbolic.prim(end)],
+                                                    assume_inbound=True))
+        before, after = (symbolic.simplify(tirx.max(symbolic.prim(w), 0)) for w in (b, a))
+        x = _pad_constant(bb, x, axis, before, after, value)
+    return x
 
 
 def _source_index(m, pos, n, mode: str):
@@ -219,6 +245,17 @@ def _pad(ctx: ConvertContext, inputs: list, attrs: Attrs):
     else:
         inputs = list(inputs) + [None] * 3
         axes_in = inputs[3] if opset >= 18 else None
+        known = ctx.known(1)
+        if mode == "constant" and known is not None and not symbolic.is_static(known) and not rv.is_runtime(axes_in):
+            axes_v = const_value(ctx, axes_in, "axes") if axes_in is not None else None
+            axes = list(range(rank)) if axes_v is None else _norm_axes(ctx, axes_v, rank, "axes")
+            pads = [symbolic.simplify(v) for v in known.reshape(-1)]
+            if len(pads) != 2 * len(axes):
+                raise ctx.error(f"pads has {len(pads)} values, expected {2 * len(axes)} (2 per axis)")
+            widths = [(0, 0)] * rank
+            for i, a in enumerate(axes):
+                widths[a] = (pads[i], pads[len(axes) + i])
+            return _pad_symbolic(ctx, x, widths, _value_scalar(ctx, inputs[2], dtype))
         if rv.is_runtime(inputs[1]) or rv.is_runtime(axes_in):  # widths known at run time only
             value = _value_scalar(ctx, inputs[2], dtype) if mode == "constant" else None
             axes = axes_in if rv.is_runtime(axes_in) else list(range(rank)) if axes_in is None else _norm_axes(
