@@ -279,3 +279,33 @@ def test_pad_by_a_length_computed_from_a_symbolic_dim(value):
         got, want = compiled.run(x)["y"], ort_run(model, x)[0]
         assert got.shape == want.shape == (batch, t + (4 - t % 4) % 4, 3)
         assert_close(got, want)
+
+
+def test_slices_to_the_shorter_of_two_symbolic_lengths_add():
+    # SEW's x[..., :n] + y[..., :n], n = min(len(x), len(y)), x a conv's t - 4 outputs: the
+    # slice of x ended at max(min(t - 4, u), 0) (t - 4 < 0 under t's range from 1), the other
+    # path at min(t - 4, u); the Add's shape was lost ("emit_te now only supports Tensor that
+    # has ShapeExpr shape"). A dim of a tensor that exists is >= 0, so both end at min(t - 4, u).
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("Shape", ["c"], ["sc"], start=2, end=3),
+        helper.make_node("Shape", ["y"], ["sy"], start=2, end=3),
+        helper.make_node("Min", ["sc", "sy"], ["n"]),
+        helper.make_node("Slice", ["c", "zero", "n", "two"], ["a"]),
+        helper.make_node("Slice", ["y", "zero", "n", "two"], ["b"]),
+        helper.make_node("Add", ["a", "b"], ["s"]),
+        helper.make_node("Relu", ["s"], ["out"]),
+    ]
+    model = _model(
+        nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, "t"]),
+                helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1, "u"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 1, "n"])],
+        [_const("w", RNG.standard_normal((1, 1, 5)).astype(np.float32)), _const("zero", np.array([0], np.int64)),
+         _const("two", np.array([2], np.int64))])
+    compiled = hetc.compile(model, "cpu")
+    for t, u in ((10, 4), (7, 9)):
+        inputs = {"x": RNG.standard_normal((2, 1, t)).astype(np.float32),
+                  "y": RNG.standard_normal((2, 1, u)).astype(np.float32)}
+        got, want = compiled.run(inputs)["out"], ort_run(model, inputs)[0]
+        assert got.shape == want.shape == (2, 1, min(t - 4, u))
+        assert_close(got, want)

@@ -56,6 +56,17 @@ def simplify(value):
     return int(value.value) if isinstance(value, tirx.IntImm) else value
 
 
+def simplify_within(value, dims):
+    """``simplify`` knowing that ``dims``, the dims of a tensor that exists, are >= 0 (a slice
+    of ``n`` up to ``min(a, n)`` ends there, not at ``max(min(a, n), 0)``, the bound another
+    path to the same length does not write)."""
+    symbols = [prim(d) >= 0 for d in dims if not isinstance(d, (int, np.integer, tirx.IntImm))]
+    if not symbols:
+        return simplify(value)
+    with _ANALYZER.constraint_scope(tirx.all(*symbols)):
+        return simplify(value)
+
+
 def prim(value) -> tirx.PrimExpr:
     """An int or PrimExpr as an int64 PrimExpr."""
     return tirx.const(int(value), "int64") if isinstance(value, (int, np.integer)) else value

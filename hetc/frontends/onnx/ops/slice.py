@@ -49,7 +49,7 @@ def _resolve(value, dim):
         index = v + dim if value < 0 else v
     else:
         index = tirx.Select(value < zero, value + dim, value)
-    return symbolic.simplify(tirx.max(tirx.min(index, dim), zero))
+    return symbolic.simplify_within(tirx.max(tirx.min(index, dim), zero), [dim])
 
 
 @converter("Slice", since=10)
@@ -79,6 +79,7 @@ def slice_(ctx: ConvertContext, inputs: list, attrs: Attrs):
     axes = [a % rank for a in axes]
     begin = [_resolve(s, shape[a]) for s, a in zip(starts, axes)]
     end = [_resolve(e, shape[a]) for e, a in zip(ends, axes)]
-    end = [symbolic.simplify(tirx.max(symbolic.prim(e), symbolic.prim(b))) for b, e in zip(begin, end)]  # empty, not negative
+    end = [symbolic.simplify_within(tirx.max(symbolic.prim(e), symbolic.prim(b)), [shape[a]])
+           for b, e, a in zip(begin, end, axes)]  # empty, not negative
     return relax.op.strided_slice(x, axes, begin, end, steps, assume_inbound=True)
 
