@@ -118,8 +118,8 @@ def _define_ops() -> None:
     lib.impl("qnms", _nms, "CompositeExplicitAutograd")
 
 
-def export(name: str, out_dir: Path, seed: int = 0) -> tuple[Path, dict[str, np.ndarray]]:
-    """Write ``<name>.onnx`` (random weights) to ``out_dir``; returns it and its inputs."""
+def _build(name: str, seed: int):
+    """The random-weight model (BatchNorm statistics calibrated) and its input image."""
     import torch
 
     tv = import_torchvision()
@@ -128,8 +128,28 @@ def export(name: str, out_dir: Path, seed: int = 0) -> tuple[Path, dict[str, np.
     model = getattr(tv.models.detection, ctor)(weights=None, weights_backbone=None, **kwargs).eval()
     calibrate_detector(model, torch.Generator().manual_seed(seed + 2))
     x = torch.rand(1, 3, size, size, generator=torch.Generator().manual_seed(seed + 1))
+    return model, x
+
+
+def export(name: str, out_dir: Path, seed: int = 0) -> tuple[Path, dict[str, np.ndarray]]:
+    """Write ``<name>.onnx`` (random weights) to ``out_dir``; returns it and its inputs."""
+    import torch
+
+    model, x = _build(name, seed)
     path = Path(out_dir) / f"{name}.onnx"
     with torch.no_grad():
         torch.onnx.export(model, (x,), str(path), opset_version=17, dynamo=False,
                           input_names=["images"], do_constant_folding=True)
     return path, {"images": x.numpy()}
+
+
+def reference(name: str, seed: int = 0) -> list[np.ndarray]:
+    """The same model run by torch in float64 on the same image: the truth that float32 runs
+    (hetc's, onnxruntime's) are measured against, in the export's output order (the order of
+    the detection dict's keys)."""
+    import torch
+
+    model, x = _build(name, seed)
+    with torch.no_grad():
+        out = model.double()(x.double())[0]
+    return [v.numpy() for v in out.values()]

@@ -309,3 +309,51 @@ def test_slices_to_the_shorter_of_two_symbolic_lengths_add():
         got, want = compiled.run(inputs)["out"], ort_run(model, inputs)[0]
         assert got.shape == want.shape == (2, 1, min(t - 4, u))
         assert_close(got, want)
+
+
+@pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER"])
+def test_conv_same_auto_pad_becomes_the_convs_own_padding(mode):
+    # torch's Conv2d(padding="same") and TF-style exports write auto_pad=SAME_*. TVM's converter
+    # padded the input with an NCHW topi pad (a call_tir no layout rule sees): in an NHWC model a
+    # transpose, a scalar pad and a transpose back per conv (transformers' EfficientNet: 32 of
+    # 120 ms). With static spatial dims the pads are now the conv's own; odd totals (a stride 2
+    # on an even map, an even kernel) put the extra pad at the end (UPPER) or the start (LOWER).
+    from tvm import relax
+
+    from hetc.frontends.onnx import load_model, to_relax
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], auto_pad=mode, group=8),  # depthwise 5x5
+        helper.make_node("Conv", ["a", "w2"], ["b"], auto_pad=mode, strides=[2, 2]),  # 3x3 stride 2 on 10x10
+        helper.make_node("Conv", ["b", "w3"], ["y"], auto_pad=mode),  # an even kernel: 2x2
+    ]
+    model = _model(
+        nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16, 5, 5])],
+        [_const("w1", RNG.standard_normal((8, 1, 5, 5)).astype(np.float32)),
+         _const("w2", RNG.standard_normal((16, 8, 3, 3)).astype(np.float32)),
+         _const("w3", RNG.standard_normal((16, 16, 2, 2)).astype(np.float32))])
+    main = to_relax(load_model(model))["main"]
+    calls = [v for v in relax.analysis.get_var2val(main).values() if isinstance(v, relax.Call)]
+    assert not [c for c in calls if c.op.name == "relax.call_tir"]  # no separate pad
+    paddings = [[int(p) for p in c.attrs.padding] for c in calls if c.op.name == "relax.nn.conv2d"]
+    odd = [0, 0, 1, 1] if mode == "SAME_UPPER" else [1, 1, 0, 0]
+    assert paddings == [[2, 2, 2, 2], odd, odd]
+    _check(model, lambda b: {"x": RNG.standard_normal((b, 8, 10, 10)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER"])
+def test_conv_same_auto_pad_on_symbolic_spatial_dims(mode):
+    # tf2onnx's convs with a run-time image size: with a stride the pad total depends on
+    # n mod stride, an expression here (TVM's converter failed on it: "Cannot use and / or /
+    # not operator to Expr"); the input is padded by blocks of those widths before the conv
+    model = _model(
+        [helper.make_node("Conv", ["x", "w", "bias"], ["y"], auto_pad=mode, strides=[2, 2])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, "oh", "ow"])],
+        [_const("w", RNG.standard_normal((6, 4, 3, 3)).astype(np.float32)),
+         _const("bias", RNG.standard_normal(6).astype(np.float32))])
+    compiled = hetc.compile(model, "cpu")
+    for h, w in ((9, 9), (8, 12), (1, 2)):
+        x = {"x": RNG.standard_normal((1, 4, h, w)).astype(np.float32)}
+        assert_close(compiled.run(x)["y"], ort_run(model, x)[0])

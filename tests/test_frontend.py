@@ -10,7 +10,7 @@ from onnx import helper
 from onnx_util import make, tensor
 
 import hetc
-from hetc.errors import ConversionError, ShapeError, UnsupportedOpError, UsageError
+from hetc.errors import ConversionError, UnsupportedOpError, UsageError
 from hetc.frontends.onnx import registry
 from hetc.frontends.onnx.importer import converter_source, supported_ops
 
@@ -69,7 +69,8 @@ def test_hetc_converter_overrides_tvm_and_others_fall_back():
     assert converter_source("LayerNormalization", 16) is None  # ONNX defines it from opset 17
     assert converter_source("Attention", 23) != "tvm"  # TVM's entry is com.microsoft's Attention
     assert converter_source("Gelu", 19) is None and converter_source("Gelu", 20) == "tvm"
-    assert converter_source("Conv", 17) == "tvm"
+    assert converter_source("Conv", 17) == "hetc"  # SAME auto_pad; other Convs return NotImplemented to TVM's
+    assert converter_source("MaxPool", 17) == "tvm"
     assert converter_source("NoSuchOp", 17) is None
     table = supported_ops(17)
     assert table["LayerNormalization"] == "hetc" and table["Relu"] == "tvm"

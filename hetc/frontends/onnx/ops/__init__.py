@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     cast,
     constant,
     control_flow,
+    conv,
     cumsum,
     detection,
     expand,

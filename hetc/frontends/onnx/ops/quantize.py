@@ -42,6 +42,7 @@ from ..registry import Attrs, ConvertContext, converter
 from ..shapes import static_dims as _dims
 from .cast import _decode as _decode_table
 from .cast import _encode as _encode_narrow
+from .conv import same_pads
 
 # ONNX TensorProto data type codes hetc can quantize to, and their ranges.
 _INT_RANGES = {
@@ -528,12 +529,7 @@ def _conv_int32(ctx: ConvertContext, x: relax.Expr, w: relax.Expr, x_dims: list[
     if auto_pad == "VALID":
         pads = [0] * (2 * nd)
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        pads = [0] * (2 * nd)
-        for i in range(nd):
-            out = -(-spatial[i] // strides[i])
-            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - spatial[i])
-            small, big = total // 2, total - total // 2
-            pads[i], pads[i + nd] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+        pads = same_pads(spatial, kernel, strides, dilations, auto_pad == "SAME_UPPER")
     if x_dims[1] != w_dims[1] * group:
         raise ctx.error(f"x has {x_dims[1]} channels, w expects {w_dims[1]} x group {group}")
     conv = {1: relax.op.nn.conv1d, 2: relax.op.nn.conv2d, 3: relax.op.nn.conv3d}[nd]

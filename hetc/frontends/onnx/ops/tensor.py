@@ -71,7 +71,7 @@ def _pad_constant(bb, x: relax.Expr, axis: int, before, after, value: relax.Expr
     return bb.normalize(relax.op.concat(parts, axis=axis)) if len(parts) > 1 else x
 
 
-def _pad_symbolic(ctx: ConvertContext, x: relax.Expr, widths: list, value: relax.Expr) -> relax.Expr:
+def pad_symbolic(ctx: ConvertContext, x: relax.Expr, widths: list, value: relax.Expr) -> relax.Expr:
     """Constant-mode pad by widths that are expressions of symbolic dims (torch's ``F.pad`` by a
     length computed from ``x.size(1)``: SEW pads its upsampled sequence back to the input's).
     Per axis, what a negative width removes is cropped (``strided_slice``) and blocks of
@@ -255,7 +255,7 @@ def _pad(ctx: ConvertContext, inputs: list, attrs: Attrs):
             widths = [(0, 0)] * rank
             for i, a in enumerate(axes):
                 widths[a] = (pads[i], pads[len(axes) + i])
-            return _pad_symbolic(ctx, x, widths, _value_scalar(ctx, inputs[2], dtype))
+            return pad_symbolic(ctx, x, widths, _value_scalar(ctx, inputs[2], dtype))
         if rv.is_runtime(inputs[1]) or rv.is_runtime(axes_in):  # widths known at run time only
             value = _value_scalar(ctx, inputs[2], dtype) if mode == "constant" else None
             axes = axes_in if rv.is_runtime(axes_in) else list(range(rank)) if axes_in is None else _norm_axes(
