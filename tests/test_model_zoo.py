@@ -144,3 +144,23 @@ def test_speed_table_sorts_by_ratio_and_names_the_cpu(tmp_path, capsys):
     assert model_zoo.main(["--report", str(saved), "--speed"]) == 0
     out = capsys.readouterr().out
     assert "slowest first" in out and result["machine"]["llvm_mcpu"] in out and "geomean x ORT over 3 rows" in out
+
+
+@pytest.mark.parametrize("scale,status", [(0.0, "degenerate"), (0.5, None)])
+def test_a_row_whose_reference_is_all_zero_is_degenerate(scale, status, tmp_path):
+    """A match against all-zero outputs (the zoo's EfficientNet before its BatchNorm statistics
+    were calibrated) checks nothing: the row is listed apart, not counted as a pass."""
+    import onnx
+    from onnx import helper
+    from onnx_util import make, tensor
+
+    model = make([helper.make_node("Mul", ["x", "s"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+                 [tensor("x", ["batch", 8])], [tensor("z", ["batch", 8])],
+                 {"s": np.full([8], scale, np.float32)})
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    np.savez(tmp_path / "m.npz", x=np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32))
+    row = model_zoo.measure(path, repeat=1)
+    assert row["max_rel_err"] <= model_zoo.TOLERANCE
+    assert row.get("status") == status, row
+    assert ("degenerate" in model_zoo.APART) and (status is None or "all zero" in row["reason"])
