@@ -27,7 +27,8 @@ pixels amplify float differences -- within twice that spread, recorded as ``ort_
 ``crashed``, ``timeout`` count against hetc; ``export-failed``, ``ort-failed`` (the exporter or
 onnxruntime fails on the exported graph), ``degenerate`` (hetc matches, but onnxruntime's outputs
 are all zero: the zoo's weights let the activations vanish, and the row checks nothing) and
-``skipped`` (the library does not import) are listed apart. Prints the tables and writes JSON (with the machine: CPU model, LLVM CPU, SIMD flags).
+``skipped`` (the library does not import) are listed apart. Prints the tables and writes JSON
+(with the machine: CPU model, LLVM CPU, SIMD flags).
 
 ``--speed`` times each row with 30 alternating runs (``--repeat``) and adds the speed table:
 the passing rows sorted by hetc / onnxruntime latency, slowest first, the geometric mean and the

@@ -148,8 +148,8 @@ def test_speed_table_sorts_by_ratio_and_names_the_cpu(tmp_path, capsys):
 
 @pytest.mark.parametrize("scale,status", [(0.0, "degenerate"), (0.5, None)])
 def test_a_row_whose_reference_is_all_zero_is_degenerate(scale, status, tmp_path):
-    """A match against all-zero outputs (the zoo's EfficientNet before its BatchNorm statistics
-    were calibrated) checks nothing: the row is listed apart, not counted as a pass."""
+    """A match against all-zero outputs (the zoo's EfficientNet before its weights were re-drawn)
+    checks nothing: the row is listed apart, not counted as a pass."""
     import onnx
     from onnx import helper
     from onnx_util import make, tensor
