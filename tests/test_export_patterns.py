@@ -342,16 +342,18 @@ def test_conv_same_auto_pad_becomes_the_convs_own_padding(mode):
     _check(model, lambda b: {"x": RNG.standard_normal((b, 8, 10, 10)).astype(np.float32)})
 
 
+@pytest.mark.parametrize("kernel", [3, 4])
 @pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER"])
-def test_conv_same_auto_pad_on_symbolic_spatial_dims(mode):
+def test_conv_same_auto_pad_on_symbolic_spatial_dims(mode, kernel):
     # tf2onnx's convs with a run-time image size: with a stride the pad total depends on
     # n mod stride, an expression here (TVM's converter failed on it: "Cannot use and / or /
     # not operator to Expr"); the input is padded by blocks of those widths before the conv
+    # (a 4x4 kernel: totals 2 or 3, an even kernel's odd split; an axis's two pads go there together)
     model = _model(
         [helper.make_node("Conv", ["x", "w", "bias"], ["y"], auto_pad=mode, strides=[2, 2])],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "h", "w"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, "oh", "ow"])],
-        [_const("w", RNG.standard_normal((6, 4, 3, 3)).astype(np.float32)),
+        [_const("w", RNG.standard_normal((6, 4, kernel, kernel)).astype(np.float32)),
          _const("bias", RNG.standard_normal(6).astype(np.float32))])
     compiled = hetc.compile(model, "cpu")
     for h, w in ((9, 9), (8, 12), (1, 2)):

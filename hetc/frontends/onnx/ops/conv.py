@@ -23,8 +23,9 @@ from ..registry import Attrs, ConvertContext, converter
 from ..shapes import dims as _any_dims
 from .tensor import pad_symbolic
 
-_OPS = {1: (relax.op.nn.conv1d, "NCW", "OIW"), 2: (relax.op.nn.conv2d, "NCHW", "OIHW"),
-        3: (relax.op.nn.conv3d, "NCDHW", "OIDHW")}
+# spatial dims -> (Relax conv op, data layout, kernel layout) of ONNX's channels-first convs
+CONV_OPS = {1: (relax.op.nn.conv1d, "NCW", "OIW"), 2: (relax.op.nn.conv2d, "NCHW", "OIHW"),
+            3: (relax.op.nn.conv3d, "NCDHW", "OIDHW")}
 
 
 def _split(total, upper: bool):
@@ -56,13 +57,13 @@ def same_pads(spatial, kernel, strides, dilations, upper: bool) -> list:
 
 @converter("Conv", since=1)
 def conv(ctx: ConvertContext, inputs: list, attrs: Attrs):
-    mode = attrs.values.get("auto_pad", b"NOTSET")
-    if (mode.decode() if isinstance(mode, bytes) else mode) not in ("SAME_UPPER", "SAME_LOWER"):
+    mode = attrs.get("auto_pad", "NOTSET")
+    if mode not in ("SAME_UPPER", "SAME_LOWER"):
         return NotImplemented
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
     nd = x.ty.ndim - 2
-    if nd not in _OPS:
+    if nd not in CONV_OPS:
         raise ctx.error(f"a conv of {nd} spatial dims is not supported")
     kernel = list(attrs.get("kernel_shape") or _any_dims(w)[2:])
     if len(kernel) != nd or not all(isinstance(k, int) for k in kernel):
@@ -70,13 +71,16 @@ def conv(ctx: ConvertContext, inputs: list, attrs: Attrs):
     strides = list(attrs.get("strides") or [1] * nd)
     dilations = list(attrs.get("dilations") or [1] * nd)
     attrs.get("pads")  # not used with auto_pad (the ONNX spec: one or the other)
-    pads = same_pads(_any_dims(x)[2:], kernel, strides, dilations, attrs.get("auto_pad") == "SAME_UPPER")
-    widths = [(0, 0)] * 2 + [(0, 0) if isinstance(b, int) and isinstance(e, int) else (b, e)
-                             for b, e in zip(pads[:nd], pads[nd:])]
-    if any(w != (0, 0) for w in widths):  # totals that depend on a symbolic length
+    pads = same_pads(_any_dims(x)[2:], kernel, strides, dilations, mode == "SAME_UPPER")
+    # an axis whose pads depend on a symbolic length is padded before the conv, both sides
+    widths = [(0, 0)] * (2 + nd)
+    for i in range(nd):
+        if not (isinstance(pads[i], int) and isinstance(pads[nd + i], int)):
+            widths[2 + i] = (pads[i], pads[nd + i])
+            pads[i] = pads[nd + i] = 0
+    if any(w != (0, 0) for w in widths):
         x = pad_symbolic(ctx, x, widths, relax.const(0, str(x.ty.dtype)))
-        pads = [p if isinstance(p, int) else 0 for p in pads]
-    op, data_layout, kernel_layout = _OPS[nd]
+    op, data_layout, kernel_layout = CONV_OPS[nd]
     out = ctx.bb.normalize(op(x, w, strides=strides, padding=pads, dilation=dilations,
                               groups=int(attrs.get("group", 1)), data_layout=data_layout,
                               kernel_layout=kernel_layout))

@@ -42,7 +42,7 @@ from ..registry import Attrs, ConvertContext, converter
 from ..shapes import static_dims as _dims
 from .cast import _decode as _decode_table
 from .cast import _encode as _encode_narrow
-from .conv import same_pads
+from .conv import CONV_OPS, same_pads
 
 # ONNX TensorProto data type codes hetc can quantize to, and their ranges.
 _INT_RANGES = {
@@ -532,7 +532,7 @@ def _conv_int32(ctx: ConvertContext, x: relax.Expr, w: relax.Expr, x_dims: list[
         pads = same_pads(spatial, kernel, strides, dilations, auto_pad == "SAME_UPPER")
     if x_dims[1] != w_dims[1] * group:
         raise ctx.error(f"x has {x_dims[1]} channels, w expects {w_dims[1]} x group {group}")
-    conv = {1: relax.op.nn.conv1d, 2: relax.op.nn.conv2d, 3: relax.op.nn.conv3d}[nd]
+    conv = CONV_OPS[nd][0]
     return conv(x, w, strides=strides, padding=pads, dilation=dilations, groups=group,
                 out_dtype="int32")
 
