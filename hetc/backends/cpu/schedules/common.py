@@ -246,8 +246,10 @@ def transpose_tiled(sch: Schedule, block, min_iterations: int = MIN_PARALLEL_ITE
         return False
     extents = [sch.get(loop).extent for loop in loops]
     tile = TRANSPOSE_TILE
-    if not all(isinstance(extents[k], tirx.IntImm) and int(extents[k]) >= tile for k in (pos, -1)):
+    if not all(isinstance(extents[k], tirx.IntImm) for k in (pos, -1)) or int(extents[pos]) < tile:
         return False
+    if int(extents[-1]) < tile:
+        return _transpose_narrow(sch, loops, extents, pos, min_iterations)
     # Tiles of whole vectors where a vector width divides the axis (56 pixels: 7 x 8; 28: 7 x
     # 4); otherwise a tail tile, and scalar stores (vectors under a guard ran slower).
     width = next((w for w in (tile, tile // 2, tile // 4) if int(extents[-1]) % w == 0), tile)
@@ -263,6 +265,29 @@ def transpose_tiled(sch: Schedule, block, min_iterations: int = MIN_PARALLEL_ITE
         sch.parallel(fused)
     if vectorize:
         sch.vectorize(wi)
+    return True
+
+
+# Longest contiguous output axis ``_transpose_narrow`` unrolls (an image's channels: RGB, RGBA).
+NARROW_TRANSPOSE = 4
+
+
+def _transpose_narrow(sch: Schedule, loops, extents, pos: int, min_iterations: int) -> bool:
+    """A transposing copy whose contiguous output axis is shorter than a tile: an NCHW image's
+    3 channels moved last (NHWC), the first kernel of every CNN on the CPU. Fused whole, the
+    copy divided its index per element and gathered a byte at a time: 0.19 ms for a
+    224x224 RGB image (2-core AMD EPYC, LLVM ``znver3``, AVX2). Here the loops outside the
+    input's contiguous axis run in parallel and each output row is written in order, the
+    channels unrolled: one load from each plane, the stores contiguous."""
+    if int(extents[-1]) > NARROW_TRANSPOSE:
+        return False
+    outer = [loop for k, loop in enumerate(loops[:-1]) if k != pos]
+    sch.reorder(*outer, loops[pos], loops[-1])
+    fused = sch.fuse(*outer) if len(outer) > 1 else outer[0] if outer else None
+    sch.unroll(loops[-1])
+    total = math.prod(int(e) if isinstance(e, tirx.IntImm) else SYMBOLIC_SIZE for e in extents)
+    if fused is not None and total >= min_iterations:
+        sch.parallel(fused)
     return True
 
 
