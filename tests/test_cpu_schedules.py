@@ -279,6 +279,30 @@ def test_symbolic_extents_keep_their_rule_and_match_onnxruntime(name):
             assert_close(np.asarray(got), want)
 
 
+def test_a_transpose_read_by_a_matmul_and_more_stays_a_kernel_of_its_own():
+    """``x @ transpose(k)`` fuses into one kernel reading ``k`` in place only where nothing else
+    reads the transpose: TVM's FuseTransposeMatmul fused it regardless and failed on the tuple
+    its fused function then returns ('TupleType' object has no attribute 'dtype'; timm's
+    lambda_resnet26t). Here the transpose also feeds a Relu that is an output."""
+    model = make([helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+                  helper.make_node("MatMul", ["q", "kt"], ["s"]),
+                  helper.make_node("Relu", ["kt"], ["r"])],
+                 [tensor("q", ["batch", 8, 16]), tensor("k", ["batch", 12, 16])],
+                 [tensor("s", ["batch", 8, 12]), tensor("r", ["batch", 16, 12])])
+    compiled = hetc.compile(model, "cpu", dims={"batch": (1, 4)})
+    rng = np.random.default_rng(0)
+    inputs = {"q": rng.standard_normal((3, 8, 16)).astype(np.float32),
+              "k": rng.standard_normal((3, 12, 16)).astype(np.float32)}
+    for got, want in zip(compiled.run(inputs).values(), ort_run(model, inputs)):
+        assert_close(np.asarray(got), want)
+    # with the transpose read by the matmul alone, the pair is one kernel (no transpose kernel)
+    single = make([helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+                   helper.make_node("MatMul", ["q", "kt"], ["s"])],
+                  [tensor("q", ["batch", 8, 16]), tensor("k", ["batch", 12, 16])], [tensor("s", ["batch", 8, 12])])
+    kernels = hetc.compile(single, "cpu", dims={"batch": (1, 4)}).report["kernels"]
+    assert not any("transpose" in name for name in kernels), kernels
+
+
 def test_symbolic_rows_under_many_panels_run_panel_major():
     """With symbolic rows (batch x seq) and a weight of many column panels the parallel loop is
     the static panel loop and every row loop runs inside it, as in a static build (rows outside

@@ -26,6 +26,7 @@ from ..byoc import with_offloads
 from . import grouped_conv, int8_pairs, softmax_rows
 from .codegen import llvm_target
 from .fold_packing import fold_packing_pass
+from .transpose_matmul import fuse_transpose_matmul_pass
 from .int8 import int8_conv_pass
 from .ragged_conv import ragged_conv_pass
 from .schedules import default_schedule_pass, gemm, simd_lanes, split_weight_packing_pass
@@ -133,9 +134,10 @@ def transpose_matmul_passes() -> list[Stage]:
     place: attention's ``Q @ K^T`` against a KV cache, which would otherwise be transposed,
     whole, every step. The contraction rule copies each column panel of ``k`` with j last inside
     the kernel (``schedules/gemm.py``).
-    Transposed constants are folded before this runs, so weights still get packed."""
+    Transposed constants are folded before this runs, so weights still get packed. Only where
+    the transpose has no other reader (``transpose_matmul.py``)."""
     return [Stage("fuse_transpose_matmul", "x @ transpose(k) as one kernel reading k in place",
-                  relax.transform.FuseTransposeMatmul)]
+                  lambda: fuse_transpose_matmul_pass)]
 
 
 def winograd_passes(options: CompileOptions) -> list[Stage]:
