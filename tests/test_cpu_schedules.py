@@ -363,6 +363,23 @@ def test_one_row_runs_its_own_loops_over_the_same_packed_weight():
     assert "if " not in schedule_func(func, target, simd_lanes(target))[0].script()
 
 
+def test_a_kernel_printed_too_long_keeps_its_general_schedule(monkeypatch):
+    """Run-time dispatch combines schedules as printed text parsed back; the printer writes a
+    shared expression once per use (an SE block's inlined gate and SiLU: a 96,000-character
+    line, 4.7 s to parse per kernel). Above ``MAX_SCRIPT`` the general schedule stands alone,
+    and the kernel still gives onnxruntime's result at one row and at several."""
+    from hetc.backends.cpu.schedules import dispatch
+
+    model = _matmul_model(64, 384)
+    assert "if batch * seq" in _scheduled_text(model, CompileOptions())
+    monkeypatch.setattr(dispatch, "MAX_SCRIPT", 2000)
+    assert "if batch * seq" not in _scheduled_text(model, CompileOptions())
+    compiled = hetc.compile(model, "cpu", dims={"batch": (1, 4), "seq": (1, 64)})
+    for shape in ((1, 1, 64), (2, 9, 64)):
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        assert_close(np.asarray(next(iter(compiled.run({"x": x}).values()))), ort_run(model, {"x": x})[0])
+
+
 def _scheduled_text(model, options: CompileOptions, kernel: str = "matmul") -> str:
     """The printed default schedule of ``model``'s ``kernel`` (the CPU's rules)."""
     from tvm import tirx

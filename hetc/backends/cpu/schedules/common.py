@@ -206,6 +206,15 @@ def widening_copy(block) -> bool:
     return _padded_byte_load(body.value.value) is not None
 
 
+# Longest printed function a schedule edits as text and parses back (characters: run-time
+# dispatch, ``dispatch.py``; prefetches, ``prefetch.py``). The printer writes an expression shared
+# within a kernel once per use: an SE gate's sigmoid, the scale and a SiLU inlined into one
+# epilogue printed as a 96,000-character line, and parsing such a kernel back took 4.7 s (timm's
+# nf_regnet_b0: 50 s of a 74 s compile on a Zen 3, LLVM znver3). Longer ones keep the schedule
+# as it is. A decoder's matmul kernels print in 5,000-9,300 characters before combining (tiny
+# Llama and GPT-2 exports).
+MAX_SCRIPT = 50_000
+
 # Side of the square tile a transposing copy moves at a time (``transpose_tiled``).
 TRANSPOSE_TILE = 16
 

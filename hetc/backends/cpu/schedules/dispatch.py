@@ -35,11 +35,12 @@ import tvm
 from tvm import tirx
 from tvm.s_tir import SBlock, SBlockRealize
 
-from .common import PREPROC
+from .common import MAX_SCRIPT, PREPROC
 
 log = logging.getLogger(__name__)
 
 _WRITES = re.compile(r"T\.writes\((\w+)\[")
+
 
 
 def with_dispatches(general: tirx.PrimFunc, specials: list[tuple[tirx.PrimFunc, object]],
@@ -105,7 +106,10 @@ def _combine(general: tirx.PrimFunc, specials: list[tuple[tirx.PrimFunc, object]
     root = SBlock([], [], [], "root", _seq([*packs_g, branch]), alloc_buffers=allocs)
     combined = general.with_body(SBlockRealize([], True, root))
 
-    lines = combined.script().split("\n")
+    text = combined.script()
+    if len(text) > MAX_SCRIPT:
+        return None
+    lines = text.split("\n")
     alloc_lines = [i for i, line in enumerate(lines) if "T.sblock_alloc_buffer(" in line]
     if len(alloc_lines) != len(allocs):
         return None

@@ -34,6 +34,8 @@ import tvm
 from tvm import tirx
 from tvm.s_tir import Schedule
 
+from .common import MAX_SCRIPT
+
 log = logging.getLogger(__name__)
 
 # A packed weight at least this large is taken to come from memory (beyond a core's L2).
@@ -78,11 +80,12 @@ def mark(sch: Schedule, panel_loop, reduce_loop, packed: tirx.Buffer, row_elemen
 
 
 def inject(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """``func`` with the prefetches its marks ask for (``func`` itself when it has none, or when
-    the printed form is not what ``inject_text`` expects)."""
+    """``func`` with the prefetches its marks ask for (``func`` itself when it has none, when
+    the printed form is not what ``inject_text`` expects, or when it prints longer than
+    ``MAX_SCRIPT``)."""
     text = func.script()
     edited = inject_text(text)
-    if edited == text:
+    if edited == text or len(edited) > MAX_SCRIPT:
         return func
     try:
         return tvm.script.from_source(edited)
