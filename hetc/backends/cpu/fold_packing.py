@@ -83,10 +83,10 @@ def _copy_block(func: tirx.PrimFunc):
     return loops, binding, block.body
 
 
-def plan(func: tirx.PrimFunc) -> tuple[int, np.ndarray, list[int], str]:
+def plan(func: tirx.PrimFunc) -> tuple[int, np.ndarray, int, list[int], str]:
     """How ``func`` (a prepack function: one copy block) moves elements: (position of the
-    parameter it reads, the flat source index of each output element, output shape, output
-    dtype). Raises ``_Unsupported`` for any other function."""
+    parameter it reads, the source row of each output row, the rows' length (``_run_length``),
+    output shape, output dtype). Raises ``_Unsupported`` for any other function."""
     loops, binding, store = _copy_block(func)
     params = list(func.params)  # TVM 0.27: the buffers themselves
     out_buffer = params[-1]
@@ -134,13 +134,34 @@ def plan(func: tirx.PrimFunc) -> tuple[int, np.ndarray, list[int], str]:
         raise _Unsupported("stores overlap")
     order = np.empty_like(src)  # the source element of each output element: one gather per weight
     order[out] = src
-    return position, order, out_shape, str(out_buffer.dtype)
+    run = _run_length(order)
+    return position, order[::run] // run, run, out_shape, str(out_buffer.dtype)
+
+
+# Longest run of consecutive elements a pack moves as one row (64 float32: four cache lines).
+MAX_RUN = 64
+
+
+def _run_length(order: np.ndarray) -> int:
+    """The longest ``L`` (up to ``MAX_RUN``) such that ``order`` is runs of ``L`` consecutive
+    source elements, each starting at a multiple of ``L``: a packed weight's column panels are
+    runs of 16 or 8. Gathered as rows of ``L``, a 4096 x 4096 weight packed in 0.027 s, element
+    by element in 0.105 s (a 2-core AMD EPYC, Zen 3); element by element, timm's
+    mobilenetv5_300m_enc spent 5.5 s of its compile in these gathers."""
+    if order.size < 2 or order[1] != order[0] + 1:  # (a conv's OHWI weight in panels of O: no runs)
+        return 1
+    breaks = np.flatnonzero(np.diff(order) != 1) + 1
+    run = math.gcd(int(np.gcd.reduce(breaks)) if breaks.size else 0, order.size, MAX_RUN)
+    while run > 1 and (order[::run] % run).any():
+        run //= 2
+    return max(run, 1)
 
 
 def pack(moves: tuple, args: list[np.ndarray]) -> np.ndarray:
     """What a prepack function whose ``plan`` is ``moves`` writes to its output given ``args``."""
-    position, order, shape, dtype = moves
-    return np.ascontiguousarray(args[position]).reshape(-1).take(order).astype(dtype, copy=False).reshape(shape)
+    position, rows, run, shape, dtype = moves
+    flat = np.ascontiguousarray(args[position]).reshape(-1, run)
+    return flat.take(rows, axis=0).astype(dtype, copy=False).reshape(shape)
 
 
 @mutator
