@@ -26,11 +26,11 @@ from ..byoc import with_offloads
 from . import grouped_conv, int8_pairs, softmax_rows
 from .codegen import llvm_target
 from .fold_packing import fold_packing_pass
-from .transpose_matmul import fuse_transpose_matmul_pass
 from .int8 import int8_conv_pass
 from .ragged_conv import ragged_conv_pass
 from .schedules import default_schedule_pass, gemm, simd_lanes, split_weight_packing_pass
 from .schedules.int8 import PMADDWD, VNNI, instruction
+from .transpose_matmul import fuse_transpose_matmul_pass
 from .winograd import winograd_pass
 
 

@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 _WRITES = re.compile(r"T\.writes\((\w+)\[")
 
 
-
 def with_dispatches(general: tirx.PrimFunc, specials: list[tuple[tirx.PrimFunc, object]],
                     edit: Callable[[str], str] = str) -> tirx.PrimFunc | None:
     """``general`` and several special schedules, the first whose condition holds taken
