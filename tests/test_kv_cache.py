@@ -81,9 +81,11 @@ def test_attention_reads_the_buffers_in_place(decoder):
     assert not [k for k in kernels if "concatenate" in k and "past_seq" in dims.get(k, {}).get("dims", [])]
     layout = compiled.manifest.kv_cache
     assert layout["max_len"] == MAX_LEN and layout["new_dim"] == "seq" and layout["past_dim"] == "past_seq"
-    assert all(s["shape"][s["axis"]] == MAX_LEN for s in layout["slots"])
     keys = [s for s in layout["slots"] if s["past"].endswith(".key")]
-    assert all(s["transposed"] and s["axis"] == 3 for s in keys)  # read only by Q @ K^T: stored [b, h, d, max_len]
+    assert all(s["shape"][s["axis"]] == MAX_LEN for s in layout["slots"] if s not in keys)
+    # read only by Q @ K^T: stored [b, h, max_len / 64, d, 64]
+    assert all(s["transposed"] and s["axis"] == 2 and s["shape"][2:] == [-(-MAX_LEN // 64), s["shape"][2 + 1], 64]
+               for s in keys)
     assert not any(s["transposed"] for s in layout["slots"] if s["past"].endswith(".value"))
 
 
@@ -351,9 +353,10 @@ def test_multi_query_attention_reads_its_one_head(tmp_path):
 @pytest.mark.parametrize("length", [40, 200])
 def test_the_scores_kernel_reads_only_the_valid_prefix(length):
     """``kv_scores`` against numpy at every shape of its last tile (no full tile, a partial one
-    after full ones, none), over keys stored transposed, GQA (4 heads on 2), 2 rows, one query
-    (a step) and a prompt's (groups of ``SCORE_QUERIES`` and the rest); the buffer slots past
-    the valid length hold NaN, which must never reach a score."""
+    after full ones, none), over keys stored transposed in blocks of ``SCORE_TILE`` positions,
+    GQA (4 heads on 2), 2 rows, one query (a step) and a prompt's (groups of ``SCORE_QUERIES``
+    and the rest); the buffer slots past the valid length hold NaN, which must never reach a
+    score."""
     import tvm
 
     from hetc.backends.cpu.codegen import llvm_target
@@ -361,7 +364,8 @@ def test_the_scores_kernel_reads_only_the_valid_prefix(length):
     from hetc.passes.kv_cache import SCORE_QUERIES, SCORE_TILE, _scores_kernel
 
     heads, kv, width = 4, 2, 8
-    func = _scores_kernel((kv, width, length), heads, "float32").with_attr("global_symbol", "main")
+    blocks = -(-length // SCORE_TILE)
+    func = _scores_kernel((kv, blocks, width, SCORE_TILE), heads, "float32").with_attr("global_symbol", "main")
     lib = tvm.compile(tvm.IRModule({"main": func}),
                       target=llvm_target(CompileOptions()))
     rng = np.random.default_rng(length)
@@ -370,10 +374,11 @@ def test_the_scores_kernel_reads_only_the_valid_prefix(length):
             continue
         for queries in (1, SCORE_QUERIES - 1, 2 * SCORE_QUERIES + 1):
             x = rng.standard_normal((2, heads, queries, width)).astype(np.float32)
-            keys = rng.standard_normal((2, kv, width, length)).astype(np.float32)
+            keys = rng.standard_normal((2, kv, width, blocks * SCORE_TILE)).astype(np.float32)
             keys[..., n_k:] = np.nan
+            stored = np.ascontiguousarray(keys.reshape(2, kv, width, blocks, SCORE_TILE).swapaxes(2, 3))
             out = tvm.runtime.tensor(np.zeros((2, heads, queries, n_k), np.float32))
-            lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(keys), out)
+            lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(stored), out)
             expected = np.einsum("bhqe,bhek->bhqk", x, np.repeat(keys[..., :n_k], heads // kv, axis=1))
             np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5,
                                        err_msg=f"n_k={n_k}, {queries} queries")

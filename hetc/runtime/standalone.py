@@ -389,19 +389,33 @@ def cache_call(main, kv: dict, specs: list[dict], arrays: list, tvm, device, np,
         index[slot["axis"]] = slice(0, length)
         return tuple(index)
 
+    def blocked(slot):  # keys transposed in blocks of positions, [b, h, max_len / T, d, T]
+        return slot.get("transposed") and len(slot["shape"]) == 5
+
     buffers = []
     for slot in slots:
         value = by_name[slot["past"]]
         buffer = np.zeros([batch, *slot["shape"][1:]], value.dtype)
-        buffer[window(slot, past)] = value.swapaxes(2, 3) if slot.get("transposed") else value
+        if blocked(slot):
+            _, heads, blocks, width, tile = buffer.shape
+            flat = np.zeros((batch, heads, blocks * tile, width), value.dtype)
+            flat[:, :, :past] = value
+            buffer[:] = flat.reshape(batch, heads, blocks, tile, width).swapaxes(3, 4)
+        else:
+            buffer[window(slot, past)] = value.swapaxes(2, 3) if slot.get("transposed") else value
         buffers.append(tvm.runtime.tensor(buffer, device))
     args = [tvm.runtime.tensor(np.ascontiguousarray(by_name[n]), device) for n in kv["step_inputs"]]
     logits = main(*args, *buffers, tvm.runtime.tensor(np.full(batch, past, np.int64), device),
                   tvm.runtime.ShapeTuple([past]))
     presents = []
     for slot, buffer in zip(slots, buffers):
-        valid = buffer.numpy()[window(slot, past + new)]
-        presents.append(np.ascontiguousarray(valid.swapaxes(2, 3) if slot.get("transposed") else valid))
+        if blocked(slot):
+            b, heads, blocks, width, tile = buffer.shape
+            valid = buffer.numpy().swapaxes(3, 4).reshape(b, heads, blocks * tile, width)[:, :, :past + new]
+        else:
+            valid = buffer.numpy()[window(slot, past + new)]
+            valid = valid.swapaxes(2, 3) if slot.get("transposed") else valid
+        presents.append(np.ascontiguousarray(valid))
     return [logits.numpy(), *presents]
 
 
