@@ -83,9 +83,10 @@ def test_attention_reads_the_buffers_in_place(decoder):
     assert layout["max_len"] == MAX_LEN and layout["new_dim"] == "seq" and layout["past_dim"] == "past_seq"
     keys = [s for s in layout["slots"] if s["past"].endswith(".key")]
     assert all(s["shape"][s["axis"]] == MAX_LEN for s in layout["slots"] if s not in keys)
-    # read only by Q @ K^T: stored [b, h, max_len / 64, d, 64]
-    assert all(s["transposed"] and s["axis"] == 2 and s["shape"][2:] == [-(-MAX_LEN // 64), s["shape"][2 + 1], 64]
-               for s in keys)
+    # read only by Q @ K^T: stored [b, h, max_len / 64, d, 64], d the values' head size
+    width = {s["shape"][3] for s in layout["slots"] if s not in keys}
+    assert len(width) == 1
+    assert all(s["transposed"] and s["axis"] == 2 and s["shape"][2:] == [-(-MAX_LEN // 64), *width, 64] for s in keys)
     assert not any(s["transposed"] for s in layout["slots"] if s["past"].endswith(".value"))
 
 
