@@ -398,22 +398,29 @@ def _scheduled_text(model, options: CompileOptions, kernel: str = "matmul") -> s
 
 def test_weights_streamed_by_several_rows_are_prefetched():
     """A weight beyond a core's cache read by a tile of several rows (a batched decoding step)
-    is prefetched a few KB ahead of the row being read: without it four rows streamed a
-    2048x2048 weight at 8.0 instead of 11.5 GB/s (one core, 2-core Intel Xeon, LLVM
+    is prefetched a few KB ahead of the row being read, on an Intel core: without it four rows
+    streamed a 2048x2048 weight at 8.0 instead of 11.5 GB/s (one core, 2-core Intel Xeon, LLVM
     emeraldrapids, AVX-512). Not in the one-row branch, nor where the batch loop runs around
-    a tile along seq (each sequence re-reads the panel from cache), nor for a small weight."""
+    a tile along seq (each sequence re-reads the panel from cache), nor for a small weight;
+    nowhere on a Zen core, where they cost 20% at batch 4 (``prefetch.py``). The leading-rows
+    branch's tile has 4 rows (``LEADING_TILE_ROWS``)."""
     from hetc.backends.cpu.schedules import prefetch
+    from hetc.backends.cpu.schedules.gemm import LEADING_TILE_ROWS
 
-    options = CompileOptions()
     k = 512
     n = prefetch.MIN_BYTES // (4 * k)
-    text = _scheduled_text(_matmul_model(k, n), options)
-    one_row, leading, general = text.split("if batch * seq == T.int64(1):")[1].split("else:")
-    assert "llvm.prefetch" in leading and "llvm.prefetch" not in one_row + general, text
-    assert "llvm.prefetch" not in _scheduled_text(_matmul_model(64, 384), options)
+    for cpu, pays in (("skylake-avx512", True), ("haswell", True), ("znver4", False), ("znver3", False)):
+        options = CompileOptions(cpu=cpu)
+        assert prefetch.pays(llvm_target(options)) == pays
+        text = _scheduled_text(_matmul_model(k, n), options)
+        one_row, leading, general = text.split("if batch * seq == T.int64(1):")[1].split("else:")
+        assert ("llvm.prefetch" in leading) == pays and "llvm.prefetch" not in one_row + general, text
+        rows = LEADING_TILE_ROWS
+        assert f"(batch + T.int64({rows - 1})) // T.int64({rows})" in leading, leading  # the batch in tiles of 4
+        assert "llvm.prefetch" not in _scheduled_text(_matmul_model(64, 384), options)
     model = _matmul_model(k, n)
-    compiled = hetc.compile(model, dims={"batch": (1, 4), "seq": (1, 64)})
-    for shape in [(3, 1, k), (1, 1, k), (2, 5, k)]:  # each branch
+    compiled = hetc.compile(model, dims={"batch": (1, 8), "seq": (1, 64)})
+    for shape in [(3, 1, k), (1, 1, k), (2, 5, k), (7, 1, k)]:  # each branch, a partial tile
         x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         assert_close(compiled.run({"x": x})["y"], ort_run(model, {"x": x})[0])
 
@@ -439,23 +446,28 @@ def test_int8_weights_are_prefetched_at_one_row_too():
     tiles of ``vpdpwssd`` (``vpmaddwd`` on AVX2) over panels streamed with prefetches; elsewhere
     the float kernel converts every vector before its multiply-add (96 chained 768x2048 int8
     matmuls read 12.2 GB/s at one row without prefetches, 18.4 with them; 2-core Intel Xeon,
-    LLVM emeraldrapids), and both of its decoding branches prefetch."""
+    LLVM emeraldrapids), and both of its decoding branches prefetch. Not on a Zen core
+    (``prefetch.pays``)."""
     from hetc.backends.cpu.schedules import prefetch
     from hetc.backends.cpu.schedules.int8 import instruction
     from hetc.passes.weight_int8 import quantize, reference
 
     k = 1024
     n = prefetch.MIN_BYTES // k
+    for cpu in ("cascadelake", "haswell", "znver4"):  # VNNI and AVX2 on Intel cores; a Zen core
+        options = CompileOptions(weights="int8", cpu=cpu)
+        pays = prefetch.pays(llvm_target(options))
+        assert pays == (cpu != "znver4")
+        text = _scheduled_text(_matmul_model(k, n), options)
+        assert "int16" in text and ("vpdpwssd" in text or "pmaddw" in text), text
+        assert ("llvm.prefetch" in text) == pays, text
     for cpu in (None, "haswell"):
         options = CompileOptions(weights="int8", cpu=cpu)
         text = _scheduled_text(_matmul_model(k, n), options)
         words = "int16" in text
         assert words == (instruction(llvm_target(options)) is not None), text  # every x86 CPU with AVX2
-        if words:
-            assert "llvm.prefetch" in text and ("vpdpwssd" in text or "pmaddw" in text), text
-        else:
+        if not words:
             one_row, leading, _ = text.split("if batch * seq == T.int64(1):")[1].split("else:")
-            assert "llvm.prefetch" in one_row and "llvm.prefetch" in leading, text
             assert "T.vectorized" in one_row and 'T.Cast("float32"' in one_row
         model = _matmul_model(k, n)
         compiled = hetc.compile(model, dims={"batch": (1, 4), "seq": (1, 64)}, weights="int8", cpu=cpu)

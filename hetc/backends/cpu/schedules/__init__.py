@@ -98,7 +98,7 @@ def schedule_func(func: tirx.PrimFunc, target: tvm.target.Target, lanes: int) ->
             continue
         scheduled = sch.mod["main"].with_attr("hetc.schedule_rule", rule.name)
         # A finished function holds the schedule whole: when it lowers, so does the schedule.
-        finished = rule.finish(func, scheduled, lanes) if rule.finish else None
+        finished = rule.finish(func, scheduled, target, lanes) if rule.finish else None
         if finished is not None and lowers(finished, target):
             return finished.with_attr("hetc.schedule_rule", rule.name), rule.name
         if not check or lowers(scheduled, target):

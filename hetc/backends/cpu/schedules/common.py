@@ -35,7 +35,7 @@ class Rule:
     ``variants > 1`` takes ``variant`` (0 = its default choice) and returns its alternatives
     (other register tiles) for the tuner to measure; past its last one it returns None. A rule
     may raise ``ScheduleError`` halfway: the caller then tries the next rule. ``finish(func,
-    scheduled, lanes) -> PrimFunc | None``, if given, may replace the default schedule's
+    scheduled, target, lanes) -> PrimFunc | None``, if given, may replace the default schedule's
     function by one no schedule trace can express (the contraction's run-time dispatch on the
     row count: ``dispatch.py``); the tuner never sees it.
     """

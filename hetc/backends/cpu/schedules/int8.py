@@ -531,11 +531,11 @@ def _packed(pj: int, pk: int, lanes: int, step: int, panels: int):
     return index_map
 
 
-def finish(func: tirx.PrimFunc, scheduled: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
+def finish(func: tirx.PrimFunc, scheduled: tirx.PrimFunc, target: Target, lanes: int) -> tirx.PrimFunc | None:
     """The scheduled function with the weight prefetches its schedule marked (``prefetch.py``:
-    a one-row tile streaming its panel); None where it has none."""
+    a one-row tile streaming its panel, where they pay on ``target``); None where it has none."""
     del func, lanes
-    fetched = prefetch.inject(scheduled)
+    fetched = prefetch.inject(scheduled, target)
     return None if fetched is scheduled else fetched
 
 
