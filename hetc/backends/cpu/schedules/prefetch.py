@@ -12,12 +12,19 @@ multiply-add, and reads a quarter of the bytes per step; 96 chained 768 x 2048 i
 one row read 12.2 GB/s without prefetches and 18.4 with them (2 cores, same CPU).
 
 On AMD's Zen 4 the same prefetches made things slower, not faster: its hardware prefetchers
-kept up with a tile of several rows, and the extra loads got in the way. Twelve 768 x 3072
-float32 matmuls at batch 4 ran 3.0-3.4 ms without prefetches and 3.8-4.4 ms with them; at 1,024
-or 16,384 bytes ahead they were no better. A GPT-2 decoding step at batch 4 ran 19-20 ms
-without them and 23-25 ms with them; int8 weights at one row, 0.99 against 1.12 ms. All on a
-2-core AMD EPYC, LLVM znver4, AVX-512. So they are injected only where ``pays(target)``: not
-on a Zen core. Only Zen 4 was measured; Zen 3 and Zen 5 are taken to behave like it.
+kept up with a tile of several rows, and the extra loads got in the way (2-core AMD EPYC, LLVM
+znver4, AVX-512):
+
+- twelve 768 x 3072 float32 matmuls at batch 4: 3.0-3.4 ms without prefetches, 3.8-4.4 ms
+  with them (1 KB or 16 KB ahead instead of 4 KB: no better);
+- a GPT-2 decoding step at batch 4: 19-20 ms without, 23-25 ms with;
+- int8 weights, 48 such matmuls: 3.8 ms without against 4.4 ms with at one row, 6.2 against
+  7.2 ms at four rows.
+
+Prefetching one-row float32 tiles as well was tried there: the twelve matmuls took 3.1-3.4 ms
+against 3.6-3.9 ms, but a whole Llama 134M step at batch 1 took 13.8-15.6 ms against 12.0-15.3
+ms without, so it was not kept. Prefetches are injected only where ``pays(target)``: not on a
+Zen core. Only Zen 4 was measured; Zen 3 and Zen 5 are assumed to behave like it.
 
 The contraction rule and the int8 rule (one-row tiles of weight-only int8 matmuls, in
 ``vpdpwssd``/``vpmaddwd`` steps) mark the loops (``mark``): the parallel loop over column panels
