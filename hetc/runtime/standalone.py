@@ -395,13 +395,13 @@ def cache_call(main, kv: dict, specs: list[dict], arrays: list, tvm, device, np,
     buffers = []
     for slot in slots:
         value = by_name[slot["past"]]
-        buffer = np.zeros([batch, *slot["shape"][1:]], value.dtype)
-        if blocked(slot):
-            _, heads, blocks, width, tile = buffer.shape
+        if blocked(slot):  # the positions in order, then cut into blocks, each block's axes swapped
+            _, heads, blocks, width, tile = slot["shape"]
             flat = np.zeros((batch, heads, blocks * tile, width), value.dtype)
             flat[:, :, :past] = value
-            buffer[:] = flat.reshape(batch, heads, blocks, tile, width).swapaxes(3, 4)
+            buffer = np.ascontiguousarray(flat.reshape(batch, heads, blocks, tile, width).swapaxes(3, 4))
         else:
+            buffer = np.zeros([batch, *slot["shape"][1:]], value.dtype)
             buffer[window(slot, past)] = value.swapaxes(2, 3) if slot.get("transposed") else value
         buffers.append(tvm.runtime.tensor(buffer, device))
     args = [tvm.runtime.tensor(np.ascontiguousarray(by_name[n]), device) for n in kv["step_inputs"]]

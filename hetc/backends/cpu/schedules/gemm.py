@@ -182,8 +182,7 @@ def finish(func: tirx.PrimFunc, general: tirx.PrimFunc, target: Target, lanes: i
     alone (``leading_rows``); then its weight prefetches (``prefetch.py``, where they pay on
     ``target``). None if nothing applies."""
     specials = [s for s in (one_row(func, lanes), leading_rows(func, lanes)) if s is not None]
-    edit = prefetch.inject_text if prefetch.pays(target) else str
-    combined = with_dispatches(general, specials, edit) if specials else None
+    combined = with_dispatches(general, specials, prefetch.editor(target)) if specials else None
     if combined is not None:
         return combined
     fetched = prefetch.inject(general, target)

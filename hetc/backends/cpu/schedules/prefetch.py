@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 
 import tvm
 from tvm import tirx
@@ -97,6 +98,12 @@ def mark(sch: Schedule, panel_loop, reduce_loop, packed: tirx.Buffer, row_elemen
 def pays(target: tvm.target.Target) -> bool:
     """Whether prefetches pay on ``target``'s CPU: not on AMD's Zen cores (module docstring)."""
     return not str(target.attrs.get("mcpu", "")).startswith("znver")
+
+
+def editor(target: tvm.target.Target) -> Callable[[str], str]:
+    """The edit of a printed function for ``target``: ``inject_text`` where prefetches pay
+    (``pays``), else the text as it is."""
+    return inject_text if pays(target) else str
 
 
 def inject(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.PrimFunc:
